@@ -1,0 +1,97 @@
+// Compiling and running kernels: the runtime operator compiler's public face.
+//
+// CompiledKernel::create() checks a kernel once. Each run() binds the kernel's symbols from
+// the input shapes, looks up the bytecode program encoded for that exact binding (shapes,
+// strides and offsets) or encodes and verifies a new one, then executes it on the VM over
+// the thread pool. A cache hit only binds the new tensor addresses (relocation).
+//
+// Threading: a CompiledKernel may be run concurrently from several threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dvm/dtype.h"
+#include "dvm/kernel.h"
+#include "dvm/status.h"
+
+namespace dvm {
+
+// A strided view of caller-owned memory. Units are elements, not bytes.
+struct TensorArg {
+  void* data = nullptr;  // base of the storage; the view starts at data + offset elements
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // empty: contiguous row-major
+  int64_t offset = 0;
+  // Number of elements of storage at `data`; -1: exactly what the view spans. Every access
+  // the VM makes is proven to stay inside [data, data + storage_elems).
+  int64_t storage_elems = -1;
+
+  static TensorArg contiguous(void* data, DType dtype, std::vector<int64_t> shape);
+  int64_t numel() const;
+};
+
+// A run-time scalar argument (for KernelBuilder::param).
+struct ScalarArg {
+  double f = 0.0;
+  int64_t i = 0;
+  static ScalarArg of_float(double v) { return ScalarArg{v, static_cast<int64_t>(v)}; }
+  static ScalarArg of_int(int64_t v) { return ScalarArg{static_cast<double>(v), v}; }
+};
+
+struct CompileOptions {
+  int num_threads = 0;          // 0: all hardware threads
+  size_t cache_capacity = 256;  // programs kept per kernel (LRU-less: cleared when full)
+};
+
+// Per-call statistics (optional out-parameter of run()).
+struct RunStats {
+  bool cache_hit = false;
+  double encode_us = 0;     // time spent encoding + verifying (0 on a hit)
+  int programs = 0;         // programs launched (>1 when the kernel was split into stages)
+  int64_t blocks = 0;       // VM blocks executed
+  int64_t bytes_moved = 0;  // bytes loaded + stored by the programs (nominal)
+};
+
+namespace runtime {
+class KernelCache;
+}
+
+class CompiledKernel {
+ public:
+  static StatusOr<std::shared_ptr<CompiledKernel>> create(const Kernel& kernel,
+                                                          const CompileOptions& options = {});
+  ~CompiledKernel();
+
+  // Runs the kernel. `outputs` must have the shapes infer_output_shapes() returns for these
+  // inputs; they may be strided views but must not overlap the inputs (except identical
+  // elementwise positions). On error no output element is written.
+  Status run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+             std::span<const ScalarArg> params = {}, RunStats* stats = nullptr) const;
+
+  // Output shapes for these inputs (binds symbols and infers shapes; no encoding).
+  StatusOr<std::vector<std::vector<int64_t>>> infer_output_shapes(
+      std::span<const TensorArg> inputs) const;
+
+  // The disassembled bytecode of the programs for these inputs (encodes if needed).
+  StatusOr<std::string> disassemble(std::span<const TensorArg> inputs,
+                                    std::span<const TensorArg> outputs) const;
+
+  const Kernel& kernel() const;
+  size_t cached_programs() const;
+
+ private:
+  CompiledKernel();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs the scalar reference executor (the executable spec) on the same arguments.
+Status run_reference(const Kernel& kernel, std::span<const TensorArg> inputs,
+                     std::span<const TensorArg> outputs, std::span<const ScalarArg> params = {});
+
+}  // namespace dvm

@@ -1,0 +1,104 @@
+// Row kernels of the CPU VM: every tile instruction runs as one call of these per tile row.
+//
+// Conventions (all functions):
+// - `n` elements are processed; n may be 0.
+// - Source increments (`ainc`, `binc`, `cinc`) are 0 (every element reads src[0]: a broadcast
+//   scalar) or 1 (contiguous). Destinations are contiguous.
+// - A destination may alias a source only if that source has increment 1 and the same
+//   element type (in-place elementwise update).
+// - Floats compute in f32; integer arithmetic wraps (two's complement, no UB); integer
+//   floor_divide/remainder by zero give 0. Booleans are i32 0/1 in registers.
+// - Semantics are exactly those of src/vm/scalar_ops.h (the reference executor uses the same
+//   functions); SIMD transcendentals agree within the bounds documented there.
+// Implemented with Highway, dynamically dispatched to the best SIMD target of the machine.
+#pragma once
+
+#include <cstdint>
+
+#include "dvm/dtype.h"
+#include "dvm/kernel.h"
+
+namespace dvm::vm::cpu {
+
+// dst[i] = op(a[i]); value-producing ops (not IsFinite/IsNan/LogicalNot).
+void unary_f32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n);
+// Integer-capable ops only (Neg, Abs, Relu, Sign, Floor/Ceil/Round/Trunc as identity).
+void unary_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n);
+void unary_i64(UnaryOp op, int64_t* dst, const int64_t* a, int ainc, int64_t n);
+// Predicates IsFinite, IsNan, LogicalNot: dst is a 0/1 mask.
+void predicate_f32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n);
+void predicate_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n);
+void predicate_i64(UnaryOp op, int32_t* dst, const int64_t* a, int ainc, int64_t n);
+
+// Arithmetic binary ops (kind 0 in ops.def).
+void binary_f32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
+                int64_t n);
+void binary_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b,
+                int binc, int64_t n);
+void binary_i64(BinaryOp op, int64_t* dst, const int64_t* a, int ainc, const int64_t* b,
+                int binc, int64_t n);
+// Comparisons and logical ops (kinds 1 and 2): dst is a 0/1 mask. Logical ops treat any
+// non-zero operand as true.
+void compare_f32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
+                 int64_t n);
+void compare_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b,
+                 int binc, int64_t n);
+void compare_i64(BinaryOp op, int32_t* dst, const int64_t* a, int ainc, const int64_t* b,
+                 int binc, int64_t n);
+
+// dst[i] = cond[i] != 0 ? a[i] : b[i]. `elem_bytes` is 4 (f32/i32) or 8 (i64).
+void select(int elem_bytes, void* dst, const int32_t* cond, int cinc, const void* a, int ainc,
+            const void* b, int binc, int64_t n);
+
+// Register-to-register conversion. f32 -> int truncates toward zero, saturating, NaN -> 0.
+void convert(CType to, void* dst, CType from, const void* src, int sinc, int64_t n);
+// Round f32 values to the nearest f16 / bf16 value (ties to even), keeping them in f32.
+void round_to_f16(float* dst, const float* a, int ainc, int64_t n);
+void round_to_bf16(float* dst, const float* a, int ainc, int64_t n);
+
+// Memory <-> register with dtype conversion and any element stride (gather / scatter).
+// load: dst (compute type compute_type(from)) [i] = src[i * sstride]
+void load_convert(void* dst, DType from, const void* src, int64_t sstride, int64_t n);
+// store: dst[i * dstride] = convert(src[i * sinc]) from compute type compute_type(to)
+void store_convert(DType to, void* dst, int64_t dstride, const void* src, int sinc, int64_t n);
+
+// Reductions. `op` is Sum, Max, Min or Prod (the encoder lowers Mean to Sum and a multiply).
+// Max/Min propagate NaN. Summation order is fixed for a given n (deterministic).
+// *acc = combine(*acc, reduce(a[0..n)))
+void reduce_row_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n);
+void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n);
+void reduce_row_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64_t n);
+// acc[i] = combine(acc[i], a[i])
+void accumulate_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n);
+void accumulate_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n);
+void accumulate_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64_t n);
+// Fill dst[0..n) with the identity of `op` (Sum 0, Prod 1, Max -inf / INT_MIN, Min +inf /
+// INT_MAX, ArgMax/ArgMin: as Max/Min).
+void fill_identity(ReduceOp op, CType t, void* dst, int64_t n);
+
+// Arg reductions (ArgMax / ArgMin): the first extreme element wins; NaN counts as the
+// extreme (the first NaN wins). Element i of `a` has index base + i.
+// Along a row: (*vacc, *iacc) = better of (*vacc, *iacc) and the row's best.
+void argreduce_row_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc,
+                       int64_t n, int64_t base);
+void argreduce_row_i32(ReduceOp op, int32_t* vacc, int64_t* iacc, const int32_t* a, int ainc,
+                       int64_t n, int64_t base);
+void argreduce_row_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t* a, int ainc,
+                       int64_t n, int64_t base);
+// Elementwise: where a[i] is strictly better than vacc[i] (or a NaN first seen), take a[i]
+// with index `index`. Rows are visited in increasing index order, so ties keep the first.
+void argaccumulate_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc,
+                       int64_t n, int64_t index);
+void argaccumulate_i32(ReduceOp op, int32_t* vacc, int64_t* iacc, const int32_t* a, int ainc,
+                       int64_t n, int64_t index);
+void argaccumulate_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t* a, int ainc,
+                       int64_t n, int64_t index);
+
+// Fused multiply-add: dst[i] = a[i] * b[i] + c[i] (f32).
+void fma_f32(float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
+             int cinc, int64_t n);
+
+// Name of the SIMD target the dispatcher picked (e.g. "AVX3", "AVX2").
+const char* simd_target_name();
+
+}  // namespace dvm::vm::cpu
