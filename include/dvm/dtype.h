@@ -16,12 +16,18 @@ enum class CType : uint8_t { kF32 = 0, kI32, kI64 };
 
 constexpr int dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kBool: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
@@ -30,10 +36,13 @@ constexpr CType compute_type(DType t) {
   switch (t) {
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: return CType::kF32;
+    case DType::kBF16:
+      return CType::kF32;
     case DType::kI32:
-    case DType::kBool: return CType::kI32;
-    case DType::kI64: return CType::kI64;
+    case DType::kBool:
+      return CType::kI32;
+    case DType::kI64:
+      return CType::kI64;
   }
   return CType::kF32;
 }
@@ -41,25 +50,36 @@ constexpr CType compute_type(DType t) {
 constexpr bool is_float(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
 }
-constexpr bool is_integer(DType t) { return t == DType::kI32 || t == DType::kI64; }
+constexpr bool is_integer(DType t) {
+  return t == DType::kI32 || t == DType::kI64;
+}
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kBool:
+      return "bool";
   }
   return "?";
 }
 
 constexpr std::string_view ctype_name(CType t) {
   switch (t) {
-    case CType::kF32: return "f32";
-    case CType::kI32: return "i32";
-    case CType::kI64: return "i64";
+    case CType::kF32:
+      return "f32";
+    case CType::kI32:
+      return "i32";
+    case CType::kI64:
+      return "i64";
   }
   return "?";
 }
@@ -67,9 +87,12 @@ constexpr std::string_view ctype_name(CType t) {
 // The storage dtype a CType stores losslessly into.
 constexpr DType ctype_dtype(CType t) {
   switch (t) {
-    case CType::kF32: return DType::kF32;
-    case CType::kI32: return DType::kI32;
-    case CType::kI64: return DType::kI64;
+    case CType::kF32:
+      return DType::kF32;
+    case CType::kI32:
+      return DType::kI32;
+    case CType::kI64:
+      return DType::kI64;
   }
   return DType::kF32;
 }

@@ -18,7 +18,7 @@ enum class StatusCode : int {
   kOutOfRange,       // overflow, out-of-bounds access
   kUnimplemented,    // valid request that DVM does not support (yet)
   kFailedPrecondition,
-  kInternal,         // a bug in DVM
+  kInternal,  // a bug in DVM
 };
 
 const char* status_code_name(StatusCode code);
@@ -57,7 +57,7 @@ inline Status internal_error(std::string msg) {
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : data_(std::move(value)) {}        // NOLINT: implicit by design
   StatusOr(Status status) : data_(std::move(status)) {  // NOLINT: implicit by design
     if (std::get<Status>(data_).is_ok()) {
       data_ = Status(StatusCode::kInternal, "StatusOr constructed from an ok Status");
@@ -78,7 +78,8 @@ class [[nodiscard]] StatusOr {
 };
 
 namespace detail {
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 }  // namespace detail
 
 }  // namespace dvm
@@ -87,9 +88,9 @@ namespace detail {
 #define DVM_CONCAT(a, b) DVM_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not ok.
-#define DVM_RETURN_IF_ERROR(expr)              \
-  do {                                         \
-    ::dvm::Status dvm_status_ = (expr);        \
+#define DVM_RETURN_IF_ERROR(expr)                 \
+  do {                                            \
+    ::dvm::Status dvm_status_ = (expr);           \
     if (!dvm_status_.is_ok()) return dvm_status_; \
   } while (0)
 
@@ -103,11 +104,11 @@ namespace detail {
   DVM_ASSIGN_OR_RETURN_IMPL(DVM_CONCAT(dvm_statusor_, __LINE__), lhs, expr)
 
 // Internal invariant; aborts with a message. Never for conditions a user can cause.
-#define DVM_CHECK(cond)                                                           \
-  do {                                                                            \
-    if (!(cond)) ::dvm::detail::check_failed(__FILE__, __LINE__, #cond, "");       \
+#define DVM_CHECK(cond)                                                      \
+  do {                                                                       \
+    if (!(cond)) ::dvm::detail::check_failed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
-#define DVM_CHECK_MSG(cond, msg)                                                  \
-  do {                                                                            \
-    if (!(cond)) ::dvm::detail::check_failed(__FILE__, __LINE__, #cond, (msg));    \
+#define DVM_CHECK_MSG(cond, msg)                                                \
+  do {                                                                          \
+    if (!(cond)) ::dvm::detail::check_failed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)

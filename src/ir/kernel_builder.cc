@@ -1,1 +1,553 @@
-// placeholder
+// KernelBuilder: records meta-ops, inserts the casts that type promotion needs, and checks
+// ranks and constant dims as it goes. The first error is kept and returned by build().
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "ir/kernel_def.h"
+
+namespace dvm {
+
+namespace {
+
+constexpr int kUnaryFloatOnly[] = {
+#define DVM_UNARY(Name, mnemonic, float_only) float_only,
+#include "dvm/ops.def"
+};
+constexpr int kBinaryKind[] = {
+#define DVM_BINARY(Name, mnemonic, kind) kind,
+#include "dvm/ops.def"
+};
+constexpr const char* kUnaryNames[] = {
+#define DVM_UNARY(Name, mnemonic, float_only) mnemonic,
+#include "dvm/ops.def"
+};
+constexpr const char* kBinaryNames[] = {
+#define DVM_BINARY(Name, mnemonic, kind) mnemonic,
+#include "dvm/ops.def"
+};
+constexpr const char* kReduceNames[] = {
+#define DVM_REDUCE(Name, mnemonic) mnemonic,
+#include "dvm/ops.def"
+};
+
+int dtype_rank(DType t) {
+  switch (t) {
+    case DType::kBool:
+      return 0;
+    case DType::kI32:
+      return 1;
+    case DType::kI64:
+      return 2;
+    case DType::kF16:
+    case DType::kBF16:
+      return 3;
+    case DType::kF32:
+      return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
+const char* unary_op_name(UnaryOp op) {
+  return kUnaryNames[static_cast<int>(op)];
+}
+const char* binary_op_name(BinaryOp op) {
+  return kBinaryNames[static_cast<int>(op)];
+}
+const char* reduce_op_name(ReduceOp op) {
+  return kReduceNames[static_cast<int>(op)];
+}
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  if ((a == DType::kF16 && b == DType::kBF16) || (a == DType::kBF16 && b == DType::kF16)) {
+    return DType::kF32;
+  }
+  return dtype_rank(a) >= dtype_rank(b) ? a : b;
+}
+
+struct KernelBuilder::Impl {
+  std::shared_ptr<ir::KernelDef> def = std::make_shared<ir::KernelDef>();
+  Status error;
+  bool built = false;
+
+  void fail(const std::string& msg) {
+    if (error.is_ok()) error = invalid_argument(def->name + ": " + msg);
+  }
+  bool ok(Value v) const { return v.valid() && v.id < static_cast<int>(def->nodes.size()); }
+  const ir::Node& node(Value v) const { return def->nodes[v.id]; }
+  Value add(ir::Node n) {
+    def->nodes.push_back(std::move(n));
+    return Value{static_cast<int>(def->nodes.size()) - 1};
+  }
+  std::string dims_str(const std::vector<Dim>& dims) const;
+  bool check_value(Value v, const char* op) {
+    if (ok(v)) return true;
+    fail(std::string(op) + ": invalid value handle");
+    return false;
+  }
+  Value cast_to(Value v, DType t);
+  bool broadcast_shapes(const char* op, const std::vector<Dim>& a, const std::vector<Dim>& b,
+                        std::vector<Dim>* out);
+};
+
+std::string KernelBuilder::Impl::dims_str(const std::vector<Dim>& dims) const {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) os << ", ";
+    if (dims[i].is_symbol()) {
+      os << def->symbols[dims[i].symbol_id()];
+    } else {
+      os << dims[i].value();
+    }
+  }
+  os << "]";
+  return os.str();
+}
+
+Value KernelBuilder::Impl::cast_to(Value v, DType t) {
+  if (node(v).dtype == t) return v;
+  ir::Node n;
+  n.kind = ir::OpKind::kCast;
+  n.dtype = t;
+  n.inputs = {v.id};
+  n.shape = node(v).shape;
+  return add(std::move(n));
+}
+
+// Numpy broadcasting on symbolic dims. Dims that are unequal symbols are checked at bind time.
+bool KernelBuilder::Impl::broadcast_shapes(const char* op, const std::vector<Dim>& a,
+                                           const std::vector<Dim>& b, std::vector<Dim>* out) {
+  size_t r = std::max(a.size(), b.size());
+  out->assign(r, Dim(1));
+  for (size_t i = 0; i < r; ++i) {
+    Dim da = i < r - a.size() ? Dim(1) : a[i - (r - a.size())];
+    Dim db = i < r - b.size() ? Dim(1) : b[i - (r - b.size())];
+    if (da == db || db == Dim(1)) {
+      (*out)[i] = da;
+    } else if (da == Dim(1)) {
+      (*out)[i] = db;
+    } else if (!da.is_symbol() && !db.is_symbol()) {
+      fail(std::string(op) + ": cannot broadcast shapes " + dims_str(a) + " and " + dims_str(b) +
+           " (dim " + std::to_string(i) + ")");
+      return false;
+    } else {
+      (*out)[i] = da.is_symbol() ? db : da;  // a constant wins; symbols are checked at bind
+    }
+  }
+  return true;
+}
+
+KernelBuilder::KernelBuilder(std::string name) : impl_(std::make_unique<Impl>()) {
+  impl_->def->name = std::move(name);
+}
+KernelBuilder::~KernelBuilder() = default;
+
+Dim KernelBuilder::symbol(const std::string& name) {
+  auto& syms = impl_->def->symbols;
+  auto it = std::find(syms.begin(), syms.end(), name);
+  if (it != syms.end()) return Dim::symbol(static_cast<int>(it - syms.begin()));
+  syms.push_back(name);
+  return Dim::symbol(static_cast<int>(syms.size()) - 1);
+}
+
+Value KernelBuilder::load(const std::string& name, DType dtype, std::vector<Dim> dims) {
+  if (dims.size() > static_cast<size_t>(kMaxRank)) {
+    impl_->fail("load '" + name + "': rank " + std::to_string(dims.size()) + " exceeds " +
+                std::to_string(kMaxRank));
+    dims.resize(kMaxRank);
+  }
+  for (const Dim& d : dims) {
+    if (!d.is_symbol() && d.value() < 0) impl_->fail("load '" + name + "': negative dim");
+    if (d.is_symbol() && d.symbol_id() >= static_cast<int>(impl_->def->symbols.size())) {
+      impl_->fail("load '" + name + "': unknown symbol");
+    }
+  }
+  ir::Node n;
+  n.kind = ir::OpKind::kLoad;
+  n.dtype = dtype;
+  n.slot = static_cast<int>(impl_->def->input_names.size());
+  n.shape = std::move(dims);
+  impl_->def->input_names.push_back(name);
+  Value v = impl_->add(std::move(n));
+  impl_->def->input_nodes.push_back(v.id);
+  return v;
+}
+
+Value KernelBuilder::param(const std::string& name, DType dtype) {
+  ir::Node n;
+  n.kind = ir::OpKind::kParam;
+  n.dtype = dtype;
+  n.slot = static_cast<int>(impl_->def->param_names.size());
+  impl_->def->param_names.push_back(name);
+  impl_->def->param_dtypes.push_back(dtype);
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::constant(double v, DType dtype) {
+  ir::Node n;
+  n.kind = ir::OpKind::kConst;
+  n.dtype = dtype;
+  n.fconst = v;
+  n.iconst = std::isfinite(v) ? static_cast<int64_t>(v) : 0;
+  if (dtype == DType::kBool) n.iconst = v != 0;
+  return impl_->add(std::move(n));
+}
+
+void KernelBuilder::store(const std::string& name, Value value) {
+  if (!impl_->check_value(value, "store")) return;
+  impl_->def->outputs.push_back({name, value.id});
+}
+
+void KernelBuilder::store(const std::string& name, Value value, DType dtype) {
+  if (!impl_->check_value(value, "store")) return;
+  store(name, cast(value, dtype));
+}
+
+Value KernelBuilder::unary(UnaryOp op, Value x) {
+  if (!impl_->check_value(x, unary_op_name(op))) return {};
+  DType t = impl_->node(x).dtype;
+  bool predicate = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
+  if (kUnaryFloatOnly[static_cast<int>(op)] && !is_float(t)) {
+    x = impl_->cast_to(x, DType::kF32);
+    t = DType::kF32;
+  }
+  if (t == DType::kBool && !predicate) {
+    x = impl_->cast_to(x, DType::kI32);  // arithmetic on bool computes as integers
+    t = DType::kI32;
+  }
+  ir::Node n;
+  n.kind = ir::OpKind::kUnary;
+  n.op = static_cast<uint8_t>(op);
+  n.dtype = predicate ? DType::kBool : t;
+  n.inputs = {x.id};
+  n.shape = impl_->node(x).shape;
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::binary(BinaryOp op, Value a, Value b) {
+  if (!impl_->check_value(a, binary_op_name(op)) || !impl_->check_value(b, binary_op_name(op)))
+    return {};
+  int kind = kBinaryKind[static_cast<int>(op)];
+  DType t = promote_types(impl_->node(a).dtype, impl_->node(b).dtype);
+  if (kind == 2) {
+    t = DType::kBool;
+  } else if (op == BinaryOp::kDiv && !is_float(t)) {
+    t = DType::kF32;  // true division
+  } else if (kind == 0 && t == DType::kBool) {
+    t = DType::kI32;
+  }
+  a = impl_->cast_to(a, t);
+  b = impl_->cast_to(b, t);
+  ir::Node n;
+  n.kind = ir::OpKind::kBinary;
+  n.op = static_cast<uint8_t>(op);
+  n.dtype = kind == 0 ? t : DType::kBool;
+  n.inputs = {a.id, b.id};
+  if (!impl_->broadcast_shapes(binary_op_name(op), impl_->node(a).shape, impl_->node(b).shape,
+                               &n.shape))
+    return {};
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::binary(BinaryOp op, Value a, double b) {
+  if (!impl_->check_value(a, binary_op_name(op))) return {};
+  DType t = impl_->node(a).dtype;
+  if (!is_float(t) && (std::floor(b) != b || !std::isfinite(b))) t = DType::kF32;
+  return binary(op, a, constant(b, t));
+}
+
+Value KernelBuilder::binary(BinaryOp op, double a, Value b) {
+  if (!impl_->check_value(b, binary_op_name(op))) return {};
+  DType t = impl_->node(b).dtype;
+  if (!is_float(t) && (std::floor(a) != a || !std::isfinite(a))) t = DType::kF32;
+  return binary(op, constant(a, t), b);
+}
+
+Value KernelBuilder::select(Value cond, Value if_true, Value if_false) {
+  if (!impl_->check_value(cond, "select") || !impl_->check_value(if_true, "select") ||
+      !impl_->check_value(if_false, "select"))
+    return {};
+  cond = impl_->cast_to(cond, DType::kBool);
+  DType t = promote_types(impl_->node(if_true).dtype, impl_->node(if_false).dtype);
+  if_true = impl_->cast_to(if_true, t);
+  if_false = impl_->cast_to(if_false, t);
+  std::vector<Dim> s1, s2;
+  if (!impl_->broadcast_shapes("select", impl_->node(cond).shape, impl_->node(if_true).shape,
+                               &s1) ||
+      !impl_->broadcast_shapes("select", s1, impl_->node(if_false).shape, &s2))
+    return {};
+  ir::Node n;
+  n.kind = ir::OpKind::kSelect;
+  n.dtype = t;
+  n.inputs = {cond.id, if_true.id, if_false.id};
+  n.shape = std::move(s2);
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::cast(Value x, DType dtype) {
+  if (!impl_->check_value(x, "cast")) return {};
+  if (impl_->node(x).dtype == dtype) return x;
+  return impl_->cast_to(x, dtype);
+}
+
+Value KernelBuilder::broadcast(Value x, std::vector<Dim> dims) {
+  if (!impl_->check_value(x, "broadcast")) return {};
+  const auto& in = impl_->node(x).shape;
+  if (dims.size() < in.size() || dims.size() > static_cast<size_t>(kMaxRank)) {
+    impl_->fail("broadcast: cannot broadcast " + impl_->dims_str(in) + " to " +
+                impl_->dims_str(dims));
+    return {};
+  }
+  size_t off = dims.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Dim& d = in[i];
+    const Dim& t = dims[off + i];
+    if (!(d == t) && !(d == Dim(1)) && !d.is_symbol() && !t.is_symbol()) {
+      impl_->fail("broadcast: cannot broadcast " + impl_->dims_str(in) + " to " +
+                  impl_->dims_str(dims) + " (dim " + std::to_string(off + i) + ")");
+      return {};
+    }
+  }
+  ir::Node n;
+  n.kind = ir::OpKind::kBroadcast;
+  n.dtype = impl_->node(x).dtype;
+  n.inputs = {x.id};
+  n.shape = std::move(dims);
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::reshape(Value x, std::vector<Dim> dims) {
+  if (!impl_->check_value(x, "reshape")) return {};
+  int inferred = 0;
+  for (const Dim& d : dims) {
+    if (!d.is_symbol() && d.value() == -1) ++inferred;
+    if (!d.is_symbol() && d.value() < -1) impl_->fail("reshape: negative dim");
+  }
+  if (inferred > 1 || dims.size() > static_cast<size_t>(kMaxRank)) {
+    impl_->fail("reshape: at most one -1 dim and rank <= 8 allowed, got " + impl_->dims_str(dims));
+    return {};
+  }
+  // Reshape of a reshape composes: only the final shape matters.
+  int src = x.id;
+  if (impl_->node(x).kind == ir::OpKind::kReshape) src = impl_->node(x).inputs[0];
+  ir::Node n;
+  n.kind = ir::OpKind::kReshape;
+  n.dtype = impl_->node(x).dtype;
+  n.inputs = {src};
+  n.shape = std::move(dims);
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::permute(Value x, std::vector<int> perm) {
+  if (!impl_->check_value(x, "permute")) return {};
+  const auto& in = impl_->node(x).shape;
+  std::vector<int> seen(in.size(), 0);
+  bool valid = perm.size() == in.size();
+  for (int p : perm) {
+    if (!valid || p < 0 || p >= static_cast<int>(in.size()) || seen[p]++) valid = false;
+  }
+  if (!valid) {
+    impl_->fail("permute: invalid permutation for shape " + impl_->dims_str(in));
+    return {};
+  }
+  ir::Node n;
+  n.kind = ir::OpKind::kPermute;
+  n.dtype = impl_->node(x).dtype;
+  n.inputs = {x.id};
+  for (int p : perm) {
+    n.attr.push_back(p);
+    n.shape.push_back(in[p]);
+  }
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::transpose(Value x, int axis0, int axis1) {
+  if (!impl_->check_value(x, "transpose")) return {};
+  int r = rank(x);
+  if (axis0 < 0) axis0 += r;
+  if (axis1 < 0) axis1 += r;
+  if (axis0 < 0 || axis0 >= r || axis1 < 0 || axis1 >= r) {
+    impl_->fail("transpose: axes out of range for rank " + std::to_string(r));
+    return {};
+  }
+  std::vector<int> perm(r);
+  for (int i = 0; i < r; ++i) perm[i] = i;
+  std::swap(perm[axis0], perm[axis1]);
+  return permute(x, perm);
+}
+
+Value KernelBuilder::slice(Value x, int axis, int64_t start, int64_t stop, int64_t step) {
+  if (!impl_->check_value(x, "slice")) return {};
+  int r = rank(x);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r || step <= 0) {
+    impl_->fail("slice: bad axis " + std::to_string(axis) + " or step " + std::to_string(step) +
+                " for shape " + impl_->dims_str(impl_->node(x).shape));
+    return {};
+  }
+  ir::Node n;
+  n.kind = ir::OpKind::kSlice;
+  n.dtype = impl_->node(x).dtype;
+  n.inputs = {x.id};
+  n.attr = {axis, start, stop, step};
+  n.shape = impl_->node(x).shape;
+  const Dim& d = n.shape[axis];
+  if (!d.is_symbol()) {
+    int64_t len = d.value();
+    auto clampi = [len](int64_t v) {
+      if (v < 0) v += len;
+      return std::clamp<int64_t>(v, 0, len);
+    };
+    int64_t s = clampi(start), e = clampi(stop == kSliceEnd ? len : stop);
+    n.shape[axis] = Dim(e > s ? (e - s + step - 1) / step : 0);
+  } else {
+    n.shape[axis] = Dim::symbol(d.symbol_id());  // extent resolved at bind time
+  }
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::concat(std::vector<Value> xs, int axis) {
+  if (xs.empty()) {
+    impl_->fail("concat: no inputs");
+    return {};
+  }
+  for (Value v : xs)
+    if (!impl_->check_value(v, "concat")) return {};
+  int r = rank(xs[0]);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) {
+    impl_->fail("concat: axis out of range for rank " + std::to_string(r));
+    return {};
+  }
+  DType t = impl_->node(xs[0]).dtype;
+  for (Value v : xs) t = promote_types(t, impl_->node(v).dtype);
+  ir::Node n;
+  n.kind = ir::OpKind::kConcat;
+  n.dtype = t;
+  n.attr = {axis};
+  n.shape = impl_->node(xs[0]).shape;
+  for (Value v : xs) {
+    if (rank(v) != r) {
+      impl_->fail("concat: rank mismatch " + impl_->dims_str(impl_->node(xs[0]).shape) + " vs " +
+                  impl_->dims_str(impl_->node(v).shape));
+      return {};
+    }
+    n.inputs.push_back(impl_->cast_to(v, t).id);
+  }
+  return impl_->add(std::move(n));
+}
+
+Value KernelBuilder::reduce(ReduceOp op, Value x, std::vector<int> axes, bool keepdims) {
+  if (!impl_->check_value(x, reduce_op_name(op))) return {};
+  int r = rank(x);
+  if (axes.empty())
+    for (int i = 0; i < r; ++i) axes.push_back(i);
+  for (int& a : axes) {
+    if (a < 0) a += r;
+    if (a < 0 || a >= r) {
+      impl_->fail(std::string(reduce_op_name(op)) + ": axis out of range for shape " +
+                  impl_->dims_str(impl_->node(x).shape));
+      return {};
+    }
+  }
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  bool arg = op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
+  if (arg && axes.size() != 1) {
+    impl_->fail(std::string(reduce_op_name(op)) + ": exactly one axis required");
+    return {};
+  }
+  DType in = impl_->node(x).dtype;
+  DType out = in;
+  if (op == ReduceOp::kMean && !is_float(in)) {
+    x = impl_->cast_to(x, DType::kF32);
+    out = DType::kF32;
+  } else if (in == DType::kBool && !arg) {
+    // sum/prod of bool count in i64 (as torch); max/min of bool compute as i32 then cast back
+    x = impl_->cast_to(x,
+                       op == ReduceOp::kSum || op == ReduceOp::kProd ? DType::kI64 : DType::kI32);
+    out = impl_->node(x).dtype;
+  }
+  ir::Node n;
+  n.kind = ir::OpKind::kReduce;
+  n.op = static_cast<uint8_t>(op);
+  n.dtype = arg ? DType::kI64 : out;
+  n.keepdims = keepdims;
+  n.inputs = {x.id};
+  const auto& in_shape = impl_->node(x).shape;
+  for (int a : axes) n.attr.push_back(a);
+  for (int i = 0; i < r; ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced) {
+      n.shape.push_back(in_shape[i]);
+    } else if (keepdims) {
+      n.shape.push_back(Dim(1));
+    }
+  }
+  Value v = impl_->add(std::move(n));
+  if (in == DType::kBool && !arg && (op == ReduceOp::kMax || op == ReduceOp::kMin)) {
+    v = impl_->cast_to(v, DType::kBool);
+  }
+  return v;
+}
+
+std::vector<Dim> KernelBuilder::shape(Value v) const {
+  return impl_->ok(v) ? impl_->node(v).shape : std::vector<Dim>{};
+}
+DType KernelBuilder::dtype(Value v) const {
+  return impl_->ok(v) ? impl_->node(v).dtype : DType::kF32;
+}
+int KernelBuilder::rank(Value v) const {
+  return impl_->ok(v) ? static_cast<int>(impl_->node(v).shape.size()) : 0;
+}
+
+StatusOr<Kernel> KernelBuilder::build() {
+  if (impl_->built) return Status(StatusCode::kFailedPrecondition, "build() called twice");
+  impl_->built = true;
+  if (!impl_->error.is_ok()) return impl_->error;
+  const ir::KernelDef& def = *impl_->def;
+  if (def.outputs.empty()) return invalid_argument(def.name + ": kernel has no outputs");
+  // Every symbol must be bound by some input dim.
+  std::vector<bool> bound(def.symbols.size(), false);
+  for (int node : def.input_nodes)
+    for (const Dim& d : def.nodes[node].shape)
+      if (d.is_symbol()) bound[d.symbol_id()] = true;
+  for (size_t s = 0; s < bound.size(); ++s) {
+    if (!bound[s]) {
+      return invalid_argument(def.name + ": symbol '" + def.symbols[s] +
+                              "' is not a dim of any input, so no call can bind it");
+    }
+  }
+  return Kernel(impl_->def);
+}
+
+// ---- Kernel ------------------------------------------------------------------------------
+
+const std::string& Kernel::name() const {
+  return def_->name;
+}
+int Kernel::num_inputs() const {
+  return static_cast<int>(def_->input_names.size());
+}
+int Kernel::num_outputs() const {
+  return static_cast<int>(def_->outputs.size());
+}
+int Kernel::num_params() const {
+  return static_cast<int>(def_->param_names.size());
+}
+
+std::string Kernel::to_string() const {
+  std::ostringstream os;
+  os << "kernel " << def_->name << "\n";
+  for (size_t i = 0; i < def_->nodes.size(); ++i) {
+    os << "  " << ir::node_label(*def_, static_cast<int>(i)) << "\n";
+  }
+  for (const auto& o : def_->outputs) os << "  store " << o.name << " = %" << o.node << "\n";
+  return os.str();
+}
+
+}  // namespace dvm

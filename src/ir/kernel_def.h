@@ -14,12 +14,12 @@
 namespace dvm::ir {
 
 enum class OpKind : uint8_t {
-  kLoad,       // input tensor slot
-  kParam,      // run-time scalar slot (rank 0)
-  kConst,      // scalar constant (rank 0)
+  kLoad,   // input tensor slot
+  kParam,  // run-time scalar slot (rank 0)
+  kConst,  // scalar constant (rank 0)
   kUnary,
   kBinary,
-  kSelect,     // inputs: cond, if_true, if_false
+  kSelect,  // inputs: cond, if_true, if_false
   kCast,
   kBroadcast,  // to `shape`
   kReshape,    // to `shape` (a -1 dim is stored as Dim(-1))
@@ -102,5 +102,11 @@ void arg_strides(const TensorArg& t, int64_t* strides);
 bool view_span(const TensorArg& t, int64_t* lo, int64_t* hi);
 
 std::string node_label(const KernelDef& def, int node);
+
+// A slice's normalized bounds for an input axis of length `len` (python semantics).
+struct SliceBounds {
+  int64_t start = 0, step = 1, count = 0;
+};
+SliceBounds slice_bounds(const Node& n, int64_t len);
 
 }  // namespace dvm::ir
