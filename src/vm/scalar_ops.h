@@ -181,11 +181,14 @@ inline float unary_f32(UnaryOp op, float x) {
       return static_cast<float>(1.0 / (1.0 + std::exp(-d)));
     case UnaryOp::kRelu:
       return (x > 0.0f || std::isnan(x)) ? x : 0.0f;
+    // gelu(x) = x/2 * (1 + erf(x/sqrt2)) = x/2 * erfc(-x/sqrt2): the erfc form keeps the
+    // relative accuracy for negative x.
     case UnaryOp::kGeluErf:
-      return static_cast<float>(0.5 * d * (1.0 + std::erf(d * kSqrt1_2)));
+      return static_cast<float>(0.5 * d * std::erfc(-d * kSqrt1_2));
+    // gelu_tanh(x) = x/2 * (1 + tanh(y)) = x / (1 + e^(-2y)), y = sqrt(2/pi) (x + 0.044715 x^3).
     case UnaryOp::kGeluTanh:
-      return static_cast<float>(0.5 * d *
-                                (1.0 + std::tanh(kSqrt2OverPi * (d + 0.044715 * d * d * d))));
+      return static_cast<float>(d /
+                                (1.0 + std::exp(-2.0 * kSqrt2OverPi * (d + 0.044715 * d * d * d))));
     case UnaryOp::kSilu:
       return static_cast<float>(d / (1.0 + std::exp(-d)));
     case UnaryOp::kErf:
