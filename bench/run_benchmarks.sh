@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds and runs every benchmark binary, writes Google Benchmark JSON into bench_results/,
+# and prints ratio tables (VM vs hand-fused loop, VM vs op-by-op; encode latency).
+#
+#   bench/run_benchmarks.sh [extra benchmark flags, e.g. --benchmark_filter=softmax]
+# Env: BUILD_DIR (default build), DVM_BENCH_REPS (repetitions, default 3; the median is used),
+#      DVM_NUM_THREADS (threads of the VM and of the *_mt baselines; default: all cores).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+OUT_DIR="$ROOT/bench_results"
+REPS="${DVM_BENCH_REPS:-3}"
+
+bash "$ROOT/scripts/setup.sh"
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDVM_BUILD_BENCHMARKS=ON \
+  >/dev/null
+mapfile -t BENCHES < <(cd "$ROOT/bench" && ls -1 *_bench.cc | sed 's/\.cc$//')
+cmake --build "$BUILD_DIR" -j "${DVM_JOBS:-2}" --target "${BENCHES[@]}"
+
+mkdir -p "$OUT_DIR"
+{
+  lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1
+  echo "cores: $(nproc)"
+  echo "simd: $(grep -m1 -o -w -E 'avx512f|avx2|fma|sse4_2|asimd|sve' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)"
+  echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} >"$OUT_DIR/machine.txt"
+cat "$OUT_DIR/machine.txt"
+
+for b in "${BENCHES[@]}"; do
+  echo "=== $b"
+  "$BUILD_DIR/bench/$b" --benchmark_out="$OUT_DIR/$b.json" --benchmark_out_format=json \
+    --benchmark_repetitions="$REPS" --benchmark_report_aggregates_only=true "$@"
+done
+
+python3 - "$OUT_DIR" <<'PY'
+import json, os, sys
+from collections import defaultdict
+
+out = sys.argv[1]
+
+def load(name):
+    path = os.path.join(out, name + ".json")
+    if not os.path.exists(path):
+        return {}
+    runs = {}
+    for b in json.load(open(path))["benchmarks"]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        key = [p for p in b["run_name"].split("/") if p not in ("real_time", "manual_time")]
+        runs["/".join(key)] = b
+    return runs
+
+def gbps(b):
+    if b is None or b.get("error_occurred"):
+        return None
+    return b.get("bytes_per_second", 0) / 1e9
+
+def fmt(v, spec="{:.2f}"):
+    return "ERR" if v is None else spec.format(v)
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+enc = load("encode_bench")
+if enc:
+    print("\n## Encode latency (fresh CompiledKernel, first call misses the cache)")
+    print(f"{'kernel':<16}{'encode med us':>14}{'p90 us':>9}{'max us':>9}{'1st call us':>13}{'hit us':>9}")
+    for k, b in enc.items():
+        if not k.startswith("encode/"):
+            continue
+        if b.get("error_occurred"):
+            print(f"{k[7:]:<16}ERR {b.get('error_message', '')}")
+            continue
+        print(f"{k[7:]:<16}{b['encode_us']:>14.1f}{b['encode_us_p90']:>9.1f}{b['encode_us_max']:>9.1f}"
+              f"{b['real_time']:>13.1f}{b['hit_us']:>9.1f}")
+    print("\n## Cached call, y = tanh(x*0.5+0.25)")
+    print(f"{'case':<34}{'ns/call':>10}")
+    for k, b in enc.items():
+        if k.startswith("call/"):
+            t = None if b.get("error_occurred") else b["real_time"]
+            print(f"{k[5:]:<34}{fmt(t, '{:.0f}'):>10}")
+
+vm = load("vm_bench")
+if vm:
+    rows = defaultdict(dict)
+    threads = None
+    for k, b in vm.items():
+        _, wl, var, n = k.split("/")
+        rows[(wl, int(n))][var] = b
+        if var.endswith("_mt") and not b.get("error_occurred"):
+            threads = int(b.get("threads", 0))
+    print(f"\n## VM execution, GB/s of x read + y written (mt = {threads} threads); ratio > 1: DVM faster")
+    hdr = ["workload", "elems", "dvm_mt", "fused_mt", "eager_mt", "dvm_st", "fused_st",
+           "vm/fused mt", "vm/fused st", "vm/eager mt", "vm/eager st", "max_err"]
+    print("".join(f"{h:>12}" if i > 1 else f"{h:<12}" for i, h in enumerate(hdr)))
+    order = []
+    for (wl, n) in rows:
+        if wl not in order:
+            order.append(wl)
+    for wl in order:
+        for n in sorted(n for (w, n) in rows if w == wl):
+            r = rows[(wl, n)]
+            g = {v: gbps(r.get(v)) for v in ("dvm_mt", "fused_mt", "eager_mt", "dvm_st", "fused_st", "eager_st")}
+            err = r.get("dvm_mt", {}).get("max_err")
+            cells = [g["dvm_mt"], g["fused_mt"], g["eager_mt"], g["dvm_st"], g["fused_st"],
+                     ratio(g["dvm_mt"], g["fused_mt"]), ratio(g["dvm_st"], g["fused_st"]),
+                     ratio(g["dvm_mt"], g["eager_mt"]), ratio(g["dvm_st"], g["eager_st"])]
+            print(f"{wl:<12}{n:>12}" + "".join(f"{fmt(c):>12}" for c in cells)
+                  + f"{fmt(err, '{:.1e}'):>12}")
+PY
+echo "JSON written to $OUT_DIR/"
