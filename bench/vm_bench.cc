@@ -74,7 +74,9 @@ class Pool {
     gen_.fetch_add(1, std::memory_order_release);
     gen_.notify_all();
     fn(0, parts_);
-    while (pending_.load(std::memory_order_acquire) != 0) {
+    // Spin briefly, then yield: on a loaded machine the worker may be waiting for a core.
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin > 2000) std::this_thread::yield();
     }
   }
 
@@ -83,7 +85,7 @@ class Pool {
     uint32_t seen = 0;
     for (;;) {
       for (int spin = 0; gen_.load(std::memory_order_acquire) == seen; ++spin) {
-        if (spin > 20000) gen_.wait(seen, std::memory_order_acquire);
+        if (spin > 4000) gen_.wait(seen, std::memory_order_acquire);
       }
       seen = gen_.load(std::memory_order_acquire);
       if (stop_.load()) return;
