@@ -1,1 +1,32 @@
-// placeholder
+#include "base/env.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace dvm::base {
+
+namespace {
+
+bool flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+}
+
+int integer(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? 0 : std::atoi(v);
+}
+
+}  // namespace
+
+const EnvKnobs& env() {
+  static const EnvKnobs knobs = [] {
+    EnvKnobs k;
+    k.dump_bytecode = flag("DVM_DUMP_BYTECODE");
+    k.num_threads = integer("DVM_NUM_THREADS");
+    return k;
+  }();
+  return knobs;
+}
+
+}  // namespace dvm::base

@@ -1,1 +1,252 @@
-// placeholder
+// CompiledKernel: the per-call path. A call whose arguments have the shapes, strides and
+// offsets of an earlier call reuses that call's programs and only binds the new addresses
+// (relocation); anything else binds symbols, infers shapes, encodes and verifies.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "base/env.h"
+#include "base/thread_pool.h"
+#include "encoder/encoder.h"
+#include "ir/kernel_def.h"
+
+namespace dvm {
+
+namespace {
+
+using Key = std::vector<int64_t>;
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+void append_arg(const TensorArg& t, Key* key) {
+  key->push_back(static_cast<int64_t>(t.shape.size()));
+  int64_t strides[kMaxRank];
+  size_t r = std::min<size_t>(t.shape.size(), kMaxRank);
+  TensorArg view{nullptr, t.dtype, {}, {}, 0, -1};
+  for (size_t i = 0; i < r; ++i) key->push_back(t.shape[i]);
+  if (t.strides.size() == t.shape.size()) {
+    for (size_t i = 0; i < r; ++i) key->push_back(t.strides[i]);
+  } else {
+    view.shape.assign(t.shape.begin(), t.shape.begin() + static_cast<long>(r));
+    ir::arg_strides(view, strides);
+    for (size_t i = 0; i < r; ++i) key->push_back(strides[i]);
+  }
+  key->push_back(t.offset);
+}
+
+int64_t storage_of(const TensorArg& t) {
+  if (t.storage_elems >= 0) return t.storage_elems;
+  int64_t lo, hi;
+  return ir::view_span(t, &lo, &hi) ? hi + 1 : 0;
+}
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct CompiledKernel::Impl {
+  Kernel kernel;
+  CompileOptions options;
+  int threads = 1;
+  mutable std::mutex mu;
+  mutable std::unordered_map<Key, std::shared_ptr<const enc::EncodedKernel>, KeyHash> cache;
+
+  StatusOr<std::shared_ptr<const enc::EncodedKernel>> lookup(std::span<const TensorArg> inputs,
+                                                             std::span<const TensorArg> outputs,
+                                                             RunStats* stats) const;
+  Status check_fast(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+                    std::span<const ScalarArg> params) const;
+};
+
+CompiledKernel::CompiledKernel() : impl_(std::make_unique<Impl>()) {}
+CompiledKernel::~CompiledKernel() = default;
+
+StatusOr<std::shared_ptr<CompiledKernel>> CompiledKernel::create(const Kernel& kernel,
+                                                                 const CompileOptions& options) {
+  std::shared_ptr<CompiledKernel> ck(new CompiledKernel());
+  ck->impl_->kernel = kernel;
+  ck->impl_->options = options;
+  int t = options.num_threads > 0 ? options.num_threads : base::hardware_threads();
+  if (base::env().num_threads > 0) t = std::min(t, base::env().num_threads);
+  ck->impl_->threads = std::max(1, t);
+  return ck;
+}
+
+const Kernel& CompiledKernel::kernel() const {
+  return impl_->kernel;
+}
+
+size_t CompiledKernel::cached_programs() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->cache.size();
+}
+
+// Checks that need no shape inference: counts, dtypes, null pointers, params.
+Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
+                                        std::span<const TensorArg> outputs,
+                                        std::span<const ScalarArg> params) const {
+  const ir::KernelDef& def = kernel.def();
+  if (inputs.size() != def.input_nodes.size() || outputs.size() != def.outputs.size() ||
+      params.size() != def.param_names.size()) {
+    return invalid_argument(def.name + ": expected " + std::to_string(def.input_nodes.size()) +
+                            " inputs, " + std::to_string(def.outputs.size()) + " outputs, " +
+                            std::to_string(def.param_names.size()) + " params; got " +
+                            std::to_string(inputs.size()) + ", " + std::to_string(outputs.size()) +
+                            ", " + std::to_string(params.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype != def.nodes[def.input_nodes[i]].dtype)
+      return invalid_argument(def.name + ": input '" + def.input_names[i] + "' has dtype " +
+                              std::string(dtype_name(inputs[i].dtype)) + ", expected " +
+                              std::string(dtype_name(def.nodes[def.input_nodes[i]].dtype)));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].dtype != def.nodes[def.outputs[i].node].dtype)
+      return invalid_argument(def.name + ": output '" + def.outputs[i].name + "' has dtype " +
+                              std::string(dtype_name(outputs[i].dtype)) + ", expected " +
+                              std::string(dtype_name(def.nodes[def.outputs[i].node].dtype)));
+  }
+  return Status::ok();
+}
+
+StatusOr<std::shared_ptr<const enc::EncodedKernel>> CompiledKernel::Impl::lookup(
+    std::span<const TensorArg> inputs, std::span<const TensorArg> outputs, RunStats* stats) const {
+  thread_local Key key;
+  key.clear();
+  for (const TensorArg& t : inputs) append_arg(t, &key);
+  for (const TensorArg& t : outputs) append_arg(t, &key);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      if (stats) stats->cache_hit = true;
+      return it->second;
+    }
+  }
+  double t0 = now_us();
+  const ir::KernelDef& def = kernel.def();
+  ir::Binding binding;
+  DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
+  DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, {}));
+  auto encoded = std::make_shared<enc::EncodedKernel>();
+  enc::EncodeOptions eo;
+  eo.num_threads = threads;
+  DVM_RETURN_IF_ERROR(enc::encode(def, binding, inputs, outputs, eo, encoded.get()));
+  if (stats) stats->encode_us = now_us() - t0;
+  if (base::env().dump_bytecode) {
+    for (const auto& p : encoded->programs)
+      std::fprintf(stderr, "%s\n", bc::disassemble(p->program).c_str());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= options.cache_capacity) cache.clear();
+  cache.emplace(key, encoded);
+  return std::shared_ptr<const enc::EncodedKernel>(encoded);
+}
+
+Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+                           std::span<const ScalarArg> params, RunStats* stats) const {
+  DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
+  if (stats) *stats = RunStats{};
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
+                       impl_->lookup(inputs, outputs, stats));
+  // Relocation: the programs address slots; bind this call's pointers and prove the spans
+  // the verifier computed lie inside this call's storage.
+  const ir::KernelDef& def = impl_->kernel.def();
+  size_t nslots = ek->slot_spans.size();
+  thread_local std::vector<void*> slots;
+  thread_local std::vector<std::vector<char>> workspaces;
+  slots.assign(nslots, nullptr);
+  size_t io = inputs.size() + outputs.size();
+  if (workspaces.size() < ek->workspace_bytes.size()) workspaces.resize(ek->workspace_bytes.size());
+  for (size_t s = 0; s < nslots; ++s) {
+    auto [lo, hi] = ek->slot_spans[s];
+    int64_t storage;
+    if (s < io) {
+      const TensorArg& t = s < inputs.size() ? inputs[s] : outputs[s - inputs.size()];
+      slots[s] = t.data;
+      storage = storage_of(t);
+    } else {
+      auto& ws = workspaces[s - io];
+      size_t bytes = static_cast<size_t>(ek->workspace_bytes[s - io]);
+      if (ws.size() < bytes) ws.resize(bytes);
+      slots[s] = ws.data();
+      storage = ek->workspace_bytes[s - io];  // bytes >= elements: checked below per dtype
+    }
+    if (lo > hi) continue;
+    if (slots[s] == nullptr || lo < 0 || hi >= storage) {
+      return out_of_range(def.name + ": a program would access elements [" + std::to_string(lo) +
+                          ", " + std::to_string(hi) + "] of slot " + std::to_string(s) +
+                          " whose storage has " + std::to_string(storage) + " elements");
+    }
+  }
+  thread_local std::vector<bc::Constant> consts;
+  consts.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    bool f = is_float(def.param_dtypes[i]);
+    consts[i].f32 = static_cast<float>(f ? params[i].f : static_cast<double>(params[i].i));
+    int64_t iv = f ? static_cast<int64_t>(params[i].f) : params[i].i;
+    if (def.param_dtypes[i] == DType::kBool) iv = (f ? params[i].f != 0 : params[i].i != 0);
+    consts[i].i64 = iv;
+    consts[i].i32 = static_cast<int32_t>(static_cast<uint64_t>(iv));
+  }
+  vm::LaunchArgs args{slots.data(), consts.data()};
+  for (const auto& p : ek->programs) {
+    vm::launch(*p, args, impl_->threads);
+    if (stats) stats->blocks += p->program.grid;
+  }
+  if (stats) {
+    stats->programs = static_cast<int>(ek->programs.size());
+    stats->bytes_moved = ek->bytes_moved;
+  }
+  return Status::ok();
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> CompiledKernel::infer_output_shapes(
+    std::span<const TensorArg> inputs) const {
+  const ir::KernelDef& def = impl_->kernel.def();
+  ir::Binding b;
+  DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &b));
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& o : def.outputs) {
+    const ir::CShape& s = b.shapes[o.node];
+    out.emplace_back(s.d.begin(), s.d.begin() + s.rank);
+  }
+  return out;
+}
+
+StatusOr<std::string> CompiledKernel::disassemble(std::span<const TensorArg> inputs,
+                                                  std::span<const TensorArg> outputs) const {
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
+                       impl_->lookup(inputs, outputs, nullptr));
+  std::string s;
+  for (const auto& p : ek->programs) s += bc::disassemble(p->program) + "\n";
+  return s;
+}
+
+TensorArg TensorArg::contiguous(void* data, DType dtype, std::vector<int64_t> shape) {
+  TensorArg t;
+  t.data = data;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  return t;
+}
+
+int64_t TensorArg::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace dvm

@@ -1,1 +1,482 @@
-// placeholder
+// The CPU interpreter. One dispatch loop (run_block) with small cases; each case resolves its
+// operands to (pointer, row stride, column increment) and calls a row kernel per tile row.
+// Programs are verified before they get here, so nothing is bounds-checked.
+#include "vm/interpreter.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "base/thread_pool.h"
+#include "vm/cpu/tile_kernels.h"
+
+namespace dvm::vm {
+
+namespace {
+
+using bc::Instr;
+using bc::Operand;
+using bc::OperandKind;
+using bc::TileClass;
+
+constexpr int kRegElemBytes = 8;
+
+// A resolved operand: element (r, c) is at p + (r * rs + c * cs) * elem_size.
+struct Ref {
+  char* p;
+  int64_t rs;
+  int64_t cs;
+};
+
+int ctype_size(CType t) {
+  return t == CType::kI64 ? 8 : 4;
+}
+
+struct Frame {
+  int32_t loop_pc;
+  int32_t axis;
+  int64_t trip;
+};
+
+class BlockRunner {
+ public:
+  BlockRunner(const LoadedProgram& lp, const LaunchArgs& args, char* regs)
+      : lp_(lp), p_(lp.program), args_(args), regs_(regs) {}
+
+  void run(int64_t block);
+
+ private:
+  void set_axis(int axis, int64_t trip);
+  Ref resolve(const Operand& o, CType t) const;
+  void exec(const Instr& in);
+  void exec_unary(const Instr& in);
+  void exec_binary(const Instr& in);
+  void exec_data(const Instr& in);
+  void exec_reduce(const Instr& in);
+  void exec_argreduce(const Instr& in);
+  int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
+  int64_t cols_of(TileClass c) const { return bc::class_has_cols(c) ? active_cols_ : 1; }
+
+  const LoadedProgram& lp_;
+  const bc::Program& p_;
+  const LaunchArgs& args_;
+  char* regs_;
+  int64_t ivar_[bc::kMaxAxes] = {};
+  int64_t active_rows_ = 1;
+  int64_t active_cols_ = 1;
+};
+
+void BlockRunner::set_axis(int axis, int64_t trip) {
+  const bc::Axis& ax = p_.axes[axis];
+  int64_t start = trip * ax.chunk;
+  ivar_[axis] = start;
+  int64_t active = std::min(ax.chunk, ax.extent - start);
+  if (ax.tile == bc::AxisTile::kRow) active_rows_ = active;
+  if (ax.tile == bc::AxisTile::kCol) active_cols_ = active;
+}
+
+Ref BlockRunner::resolve(const Operand& o, CType t) const {
+  switch (o.kind) {
+    case OperandKind::kReg: {
+      char* base = regs_ + static_cast<int64_t>(o.index) * p_.reg_elems * kRegElemBytes;
+      switch (o.cls) {
+        case TileClass::kFull:
+          return Ref{base, p_.reg_row_stride, 1};
+        case TileClass::kRow:
+          return Ref{base, 1, 0};
+        case TileClass::kCol:
+          return Ref{base, 0, 1};
+        case TileClass::kScalar:
+          return Ref{base, 0, 0};
+      }
+      return Ref{base, 0, 0};
+    }
+    case OperandKind::kDesc: {
+      const bc::Descriptor& d = p_.descs[o.index];
+      int64_t off = d.offset;
+      for (size_t a = 0; a < p_.axes.size(); ++a) off += ivar_[a] * d.stride[a];
+      char* base = static_cast<char*>(args_.slots[d.slot]) + off * dtype_size(d.dtype);
+      int64_t rs = lp_.row_axis >= 0 ? d.stride[lp_.row_axis] : 0;
+      int64_t cs = lp_.col_axis >= 0 ? d.stride[lp_.col_axis] : 0;
+      return Ref{base, rs, cs};
+    }
+    case OperandKind::kConst:
+    case OperandKind::kParam: {
+      const bc::Constant& c =
+          o.kind == OperandKind::kConst ? p_.consts[o.index] : args_.params[o.index];
+      const void* v = t == CType::kF32   ? static_cast<const void*>(&c.f32)
+                      : t == CType::kI32 ? static_cast<const void*>(&c.i32)
+                                         : static_cast<const void*>(&c.i64);
+      return Ref{const_cast<char*>(static_cast<const char*>(v)), 0, 0};
+    }
+  }
+  return Ref{nullptr, 0, 0};
+}
+
+// Calls fn(dst_row, src_rows..., n) for each tile row; when a tile is one column wide and
+// every operand walks rows with stride 0 or 1, the rows are processed as a single row.
+template <typename Fn, typename... Refs>
+void for_rows(int64_t rows, int64_t cols, int es, const Ref& dst, Fn fn, const Refs&... srcs) {
+  if (cols == 1 && rows > 1 && dst.rs == 1 && ((srcs.rs == 0 || srcs.rs == 1) && ...)) {
+    fn(dst.p, rows, Ref{srcs.p, 0, srcs.rs}...);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    fn(dst.p + r * dst.rs * es, cols, Ref{srcs.p + r * srcs.rs * es, 0, srcs.cs}...);
+  }
+}
+
+void BlockRunner::exec_unary(const Instr& in) {
+  UnaryOp op = static_cast<UnaryOp>(static_cast<int>(in.op) - bc::kFirstUnary);
+  bool pred = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
+  Ref d = resolve(in.d, pred ? CType::kI32 : in.ctype);
+  Ref a = resolve(in.a, in.ctype);
+  int es = ctype_size(in.ctype);
+  int ds = pred ? 4 : es;
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  for (int64_t r = 0; r < rows; ++r) {
+    char* dp = d.p + r * d.rs * ds;
+    const char* ap = a.p + r * a.rs * es;
+    int ai = static_cast<int>(a.cs);
+    if (pred) {
+      auto* o = reinterpret_cast<int32_t*>(dp);
+      if (in.ctype == CType::kF32)
+        cpu::predicate_f32(op, o, reinterpret_cast<const float*>(ap), ai, cols);
+      if (in.ctype == CType::kI32)
+        cpu::predicate_i32(op, o, reinterpret_cast<const int32_t*>(ap), ai, cols);
+      if (in.ctype == CType::kI64)
+        cpu::predicate_i64(op, o, reinterpret_cast<const int64_t*>(ap), ai, cols);
+    } else if (in.ctype == CType::kF32) {
+      cpu::unary_f32(op, reinterpret_cast<float*>(dp), reinterpret_cast<const float*>(ap), ai,
+                     cols);
+    } else if (in.ctype == CType::kI32) {
+      cpu::unary_i32(op, reinterpret_cast<int32_t*>(dp), reinterpret_cast<const int32_t*>(ap), ai,
+                     cols);
+    } else {
+      cpu::unary_i64(op, reinterpret_cast<int64_t*>(dp), reinterpret_cast<const int64_t*>(ap), ai,
+                     cols);
+    }
+  }
+}
+
+template <typename T>
+const T* as(const Ref& r) {
+  return reinterpret_cast<const T*>(r.p);
+}
+
+void BlockRunner::exec_binary(const Instr& in) {
+  BinaryOp op = static_cast<BinaryOp>(static_cast<int>(in.op) - bc::kFirstBinary);
+  bool cmp = op >= BinaryOp::kEq;
+  Ref d = resolve(in.d, cmp ? CType::kI32 : in.ctype);
+  Ref a = resolve(in.a, in.ctype);
+  Ref b = resolve(in.b, in.ctype);
+  int es = ctype_size(in.ctype);
+  int ds = cmp ? 4 : es;
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  for (int64_t r = 0; r < rows; ++r) {
+    char* dp = d.p + r * d.rs * ds;
+    Ref ar{a.p + r * a.rs * es, 0, a.cs}, br{b.p + r * b.rs * es, 0, b.cs};
+    int ai = static_cast<int>(a.cs), bi = static_cast<int>(b.cs);
+    if (cmp) {
+      auto* o = reinterpret_cast<int32_t*>(dp);
+      if (in.ctype == CType::kF32)
+        cpu::compare_f32(op, o, as<float>(ar), ai, as<float>(br), bi, cols);
+      if (in.ctype == CType::kI32)
+        cpu::compare_i32(op, o, as<int32_t>(ar), ai, as<int32_t>(br), bi, cols);
+      if (in.ctype == CType::kI64)
+        cpu::compare_i64(op, o, as<int64_t>(ar), ai, as<int64_t>(br), bi, cols);
+    } else if (in.ctype == CType::kF32) {
+      cpu::binary_f32(op, reinterpret_cast<float*>(dp), as<float>(ar), ai, as<float>(br), bi, cols);
+    } else if (in.ctype == CType::kI32) {
+      cpu::binary_i32(op, reinterpret_cast<int32_t*>(dp), as<int32_t>(ar), ai, as<int32_t>(br), bi,
+                      cols);
+    } else {
+      cpu::binary_i64(op, reinterpret_cast<int64_t*>(dp), as<int64_t>(ar), ai, as<int64_t>(br), bi,
+                      cols);
+    }
+  }
+}
+
+void BlockRunner::exec_data(const Instr& in) {
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  int es = ctype_size(in.ctype);
+  switch (in.op) {
+    case bc::Opcode::kLoad: {
+      Ref d = resolve(in.d, in.ctype);
+      const bc::Descriptor& desc = p_.descs[in.a.index];
+      Ref s = resolve(in.a, in.ctype);
+      int ss = dtype_size(desc.dtype);
+      for (int64_t r = 0; r < rows; ++r)
+        cpu::load_convert(d.p + r * d.rs * es, desc.dtype, s.p + r * s.rs * ss, s.cs, cols);
+      return;
+    }
+    case bc::Opcode::kStore: {
+      const bc::Descriptor& desc = p_.descs[in.d.index];
+      Ref d = resolve(in.d, in.ctype);
+      Ref s = resolve(in.a, in.ctype);
+      int ds = dtype_size(desc.dtype);
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::store_convert(desc.dtype, d.p + r * d.rs * ds, d.cs, s.p + r * s.rs * es,
+                           static_cast<int>(s.cs), cols);
+      }
+      return;
+    }
+    case bc::Opcode::kMov: {
+      Ref d = resolve(in.d, in.ctype);
+      Ref s = resolve(in.a, in.ctype);
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::convert(in.ctype, d.p + r * d.rs * es, in.ctype, s.p + r * s.rs * es,
+                     static_cast<int>(s.cs), cols);
+      }
+      return;
+    }
+    case bc::Opcode::kCast: {
+      CType to = static_cast<CType>(in.aux);
+      Ref d = resolve(in.d, to);
+      Ref s = resolve(in.a, in.ctype);
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::convert(to, d.p + r * d.rs * ctype_size(to), in.ctype, s.p + r * s.rs * es,
+                     static_cast<int>(s.cs), cols);
+      }
+      return;
+    }
+    case bc::Opcode::kRoundF16:
+    case bc::Opcode::kRoundBF16: {
+      Ref d = resolve(in.d, in.ctype);
+      Ref s = resolve(in.a, in.ctype);
+      for (int64_t r = 0; r < rows; ++r) {
+        auto* dp = reinterpret_cast<float*>(d.p + r * d.rs * 4);
+        auto* sp = reinterpret_cast<const float*>(s.p + r * s.rs * 4);
+        if (in.op == bc::Opcode::kRoundF16) {
+          cpu::round_to_f16(dp, sp, static_cast<int>(s.cs), cols);
+        } else {
+          cpu::round_to_bf16(dp, sp, static_cast<int>(s.cs), cols);
+        }
+      }
+      return;
+    }
+    case bc::Opcode::kSelect: {
+      Ref d = resolve(in.d, in.ctype);
+      Ref c = resolve(in.a, CType::kI32);
+      Ref a = resolve(in.b, in.ctype);
+      Ref b = resolve(in.c, in.ctype);
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::select(es, d.p + r * d.rs * es, reinterpret_cast<const int32_t*>(c.p + r * c.rs * 4),
+                    static_cast<int>(c.cs), a.p + r * a.rs * es, static_cast<int>(a.cs),
+                    b.p + r * b.rs * es, static_cast<int>(b.cs), cols);
+      }
+      return;
+    }
+    case bc::Opcode::kFma: {
+      Ref d = resolve(in.d, in.ctype);
+      Ref a = resolve(in.a, in.ctype);
+      Ref b = resolve(in.b, in.ctype);
+      Ref c = resolve(in.c, in.ctype);
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::fma_f32(reinterpret_cast<float*>(d.p + r * d.rs * 4),
+                     reinterpret_cast<const float*>(a.p + r * a.rs * 4), static_cast<int>(a.cs),
+                     reinterpret_cast<const float*>(b.p + r * b.rs * 4), static_cast<int>(b.cs),
+                     reinterpret_cast<const float*>(c.p + r * c.rs * 4), static_cast<int>(c.cs),
+                     cols);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+template <typename T>
+void reduce_typed(ReduceOp op, bool red_rows, bool red_cols, const Ref& acc, const Ref& src,
+                  int64_t rows, int64_t cols) {
+  constexpr int es = sizeof(T);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* ap = reinterpret_cast<T*>(acc.p + (red_rows ? 0 : r * acc.rs * es));
+    const T* sp = reinterpret_cast<const T*>(src.p + r * src.rs * es);
+    int si = static_cast<int>(src.cs);
+    if (red_cols) {
+      if constexpr (std::is_same_v<T, float>) cpu::reduce_row_f32(op, ap, sp, si, cols);
+      if constexpr (std::is_same_v<T, int32_t>) cpu::reduce_row_i32(op, ap, sp, si, cols);
+      if constexpr (std::is_same_v<T, int64_t>) cpu::reduce_row_i64(op, ap, sp, si, cols);
+    } else {
+      if constexpr (std::is_same_v<T, float>) cpu::accumulate_f32(op, ap, sp, si, cols);
+      if constexpr (std::is_same_v<T, int32_t>) cpu::accumulate_i32(op, ap, sp, si, cols);
+      if constexpr (std::is_same_v<T, int64_t>) cpu::accumulate_i64(op, ap, sp, si, cols);
+    }
+  }
+}
+
+void BlockRunner::exec_reduce(const Instr& in) {
+  if (in.op == bc::Opcode::kFill) {
+    Ref d = resolve(in.d, in.ctype);
+    int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+    int es = ctype_size(in.ctype);
+    for (int64_t r = 0; r < rows; ++r)
+      cpu::fill_identity(bc::aux_reduce_op(in.aux), in.ctype, d.p + r * d.rs * es, cols);
+    return;
+  }
+  if (in.op == bc::Opcode::kArgReduce) {
+    exec_argreduce(in);
+    return;
+  }
+  Ref acc = resolve(in.d, in.ctype);
+  Ref src = resolve(in.a, in.ctype);
+  ReduceOp op = bc::aux_reduce_op(in.aux);
+  bool rr = bc::aux_rows(in.aux), rc = bc::aux_cols(in.aux);
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  if (in.ctype == CType::kF32) reduce_typed<float>(op, rr, rc, acc, src, rows, cols);
+  if (in.ctype == CType::kI32) reduce_typed<int32_t>(op, rr, rc, acc, src, rows, cols);
+  if (in.ctype == CType::kI64) reduce_typed<int64_t>(op, rr, rc, acc, src, rows, cols);
+}
+
+template <typename T>
+void argreduce_typed(ReduceOp op, bool red_rows, bool red_cols, const Ref& v, const Ref& idx,
+                     const Ref& src, int64_t rows, int64_t cols, int64_t base) {
+  constexpr int es = sizeof(T);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* vp = reinterpret_cast<T*>(v.p + (red_rows ? 0 : r * v.rs * es));
+    int64_t* ip = reinterpret_cast<int64_t*>(idx.p + (red_rows ? 0 : r * idx.rs * 8));
+    const T* sp = reinterpret_cast<const T*>(src.p + r * src.rs * es);
+    int si = static_cast<int>(src.cs);
+    if (red_cols) {
+      if constexpr (std::is_same_v<T, float>)
+        cpu::argreduce_row_f32(op, vp, ip, sp, si, cols, base);
+      if constexpr (std::is_same_v<T, int32_t>)
+        cpu::argreduce_row_i32(op, vp, ip, sp, si, cols, base);
+      if constexpr (std::is_same_v<T, int64_t>)
+        cpu::argreduce_row_i64(op, vp, ip, sp, si, cols, base);
+    } else {
+      int64_t index = base + (red_rows ? r : 0);
+      if constexpr (std::is_same_v<T, float>)
+        cpu::argaccumulate_f32(op, vp, ip, sp, si, cols, index);
+      if constexpr (std::is_same_v<T, int32_t>)
+        cpu::argaccumulate_i32(op, vp, ip, sp, si, cols, index);
+      if constexpr (std::is_same_v<T, int64_t>)
+        cpu::argaccumulate_i64(op, vp, ip, sp, si, cols, index);
+    }
+  }
+}
+
+void BlockRunner::exec_argreduce(const Instr& in) {
+  Ref v = resolve(in.d, in.ctype);
+  Ref idx = resolve(in.b, CType::kI64);
+  Ref src = resolve(in.a, in.ctype);
+  ReduceOp op = bc::aux_reduce_op(in.aux);
+  bool rr = bc::aux_rows(in.aux), rc = bc::aux_cols(in.aux);
+  int64_t base = ivar_[bc::aux_axis(in.aux)];
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  if (in.ctype == CType::kF32) argreduce_typed<float>(op, rr, rc, v, idx, src, rows, cols, base);
+  if (in.ctype == CType::kI32) argreduce_typed<int32_t>(op, rr, rc, v, idx, src, rows, cols, base);
+  if (in.ctype == CType::kI64) argreduce_typed<int64_t>(op, rr, rc, v, idx, src, rows, cols, base);
+}
+
+void BlockRunner::run(int64_t block) {
+  // Decode the block id into one chunk per grid axis (first grid axis slowest).
+  std::fill(std::begin(ivar_), std::end(ivar_), 0);
+  active_rows_ = active_cols_ = 1;
+  for (int a = static_cast<int>(p_.axes.size()) - 1; a >= 0; --a) {
+    const bc::Axis& ax = p_.axes[a];
+    if (ax.iter != bc::AxisIter::kGrid) continue;
+    int64_t trips = ax.trips();
+    set_axis(a, block % trips);
+    block /= trips;
+  }
+  Frame stack[bc::kMaxAxes];
+  int depth = 0;
+  const int32_t n = static_cast<int32_t>(lp_.instrs.size());
+  for (int32_t pc = 0; pc < n; ++pc) {
+    const Instr& in = lp_.instrs[pc];
+    switch (in.op) {
+      case bc::Opcode::kLoop: {
+        if (p_.axes[in.aux].trips() == 0) {
+          pc = lp_.loop_end[pc];
+          break;
+        }
+        stack[depth++] = Frame{pc, in.aux, 0};
+        set_axis(in.aux, 0);
+        break;
+      }
+      case bc::Opcode::kEndLoop: {
+        Frame& f = stack[depth - 1];
+        if (++f.trip < p_.axes[f.axis].trips()) {
+          set_axis(f.axis, f.trip);
+          pc = f.loop_pc;
+        } else {
+          --depth;
+        }
+        break;
+      }
+      default:
+        exec(in);
+        break;
+    }
+  }
+}
+
+void BlockRunner::exec(const Instr& in) {
+  switch (bc::kOpInfo[static_cast<int>(in.op)].family) {
+    case bc::Family::kUnary:
+      exec_unary(in);
+      return;
+    case bc::Family::kBinary:
+      exec_binary(in);
+      return;
+    case bc::Family::kData:
+      exec_data(in);
+      return;
+    case bc::Family::kReduce:
+      exec_reduce(in);
+      return;
+    case bc::Family::kControl:
+      return;
+  }
+}
+
+// The register file of the calling thread, grown on demand, 64-byte aligned.
+char* thread_registers(size_t bytes) {
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<char, Free> buf;
+  thread_local size_t size = 0;
+  if (size < bytes) {
+    size_t n = (bytes + 63) / 64 * 64;
+    buf.reset(static_cast<char*>(std::aligned_alloc(64, n)));
+    std::memset(buf.get(), 0, n);  // registers are always defined before use; keep tools quiet
+    size = n;
+  }
+  return buf.get();
+}
+
+}  // namespace
+
+void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, int64_t end) {
+  const bc::Program& p = lp.program;
+  char* regs = thread_registers(static_cast<size_t>(std::max(1, p.num_regs)) *
+                                static_cast<size_t>(p.reg_elems) * kRegElemBytes);
+  BlockRunner runner(lp, args, regs);
+  for (int64_t b = begin; b < end; ++b) runner.run(b);
+}
+
+void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
+  int64_t grid = lp.program.grid;
+  if (grid <= 0) return;
+  // Work per block is roughly a tile; tiny launches are cheaper on the calling thread than
+  // waking workers (a wake-up costs microseconds).
+  int64_t elems = grid * lp.program.reg_elems;
+  int parts = static_cast<int>(std::min<int64_t>(num_threads, grid));
+  if (elems < (int64_t{1} << 15)) parts = 1;
+  if (parts <= 1) {
+    run_blocks(lp, args, 0, grid);
+    return;
+  }
+  // Contiguous, equal ranges: the partition depends only on grid and part count, and every
+  // block computes the same bits whichever thread runs it.
+  base::parallel_for(parts, [&](int part) {
+    int64_t begin = grid * part / parts, end = grid * (part + 1) / parts;
+    run_blocks(lp, args, begin, end);
+  });
+}
+
+}  // namespace dvm::vm

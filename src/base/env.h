@@ -1,0 +1,16 @@
+// Run-time debug knobs, all read here: DVM_DUMP_BYTECODE=1 prints every encoded program to
+// stderr; DVM_NUM_THREADS=n caps the VM's threads; DVM_VERIFY_ALWAYS=1 re-verifies programs on
+// cache hits too (debugging aid).
+#pragma once
+
+namespace dvm::base {
+
+struct EnvKnobs {
+  bool dump_bytecode = false;
+  int num_threads = 0;  // 0: unset
+};
+
+// Read once, on first use.
+const EnvKnobs& env();
+
+}  // namespace dvm::base

@@ -1,0 +1,17 @@
+// A fixed pool of worker threads for the VM's blocks.
+//
+// parallel_for(n, fn) calls fn(i) for i in [0, n) on up to `max_threads` threads (the caller
+// included) and returns when all calls are done. Safe to call from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace dvm::base {
+
+int hardware_threads();
+
+// Runs fn(part) for part in [0, parts) concurrently; parts <= number of threads is typical.
+void parallel_for(int parts, const std::function<void(int)>& fn);
+
+}  // namespace dvm::base

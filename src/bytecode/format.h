@@ -1,0 +1,214 @@
+// The bytecode program format.
+//
+// A program is run once per block id in [0, grid). Its iteration space is a list of axes;
+// each axis is walked in chunks (tile axes: up to `chunk` elements at a time; other axes: one
+// index at a time) either by the grid (block id -> one chunk per grid axis, mixed radix,
+// first grid axis slowest) or by LOOP instructions. At most one axis is the tile's row axis
+// and one its column axis; the active tile is rows x cols with tails clamped to the extent.
+//
+// Every instruction is two 64-bit words:
+//
+//   word 0:  63            32 31        16 15    12 11  10 9  8 7         0
+//           +----------------+------------+--------+------+-----+-----------+
+//           |    reserved    |    aux     | flags  | cls  |ctype|  opcode   |
+//           +----------------+------------+--------+------+-----+-----------+
+//   word 1:  63        48 47        32 31        16 15         0
+//           +------------+------------+------------+------------+
+//           |     C      |     B      |     A      |     D      |
+//           +------------+------------+------------+------------+
+//
+//   operand (16 bits):  15  14 13  12 11                    0
+//                      +------+------+-----------------------+
+//                      | kind | cls  |         index         |
+//                      +------+------+-----------------------+
+//   kind: 0 tile register, 1 memory descriptor, 2 constant, 3 run-time param.
+//   cls (registers): 0 full tile, 1 row vector (one value per row), 2 column vector,
+//   3 scalar. An instruction's own `cls` is the shape it iterates.
+//
+// Memory operands address tensors through descriptors: element (r, c) of the tile is at
+// slot base + offset + sum_a index_a * stride_a + r * stride_row + c * stride_col, in
+// elements of the descriptor's dtype. The verifier proves every descriptor stays inside its
+// tensor for every index the program can reach, so the interpreter does no bounds checks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dvm/dtype.h"
+#include "dvm/kernel.h"
+
+namespace dvm::bc {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr int kMaxAxes = 16;
+inline constexpr int kMaxOperandIndex = 4095;
+
+enum class Opcode : uint8_t {
+#define DVM_OP(Name, mnemonic, format, family) k##Name,
+#include "bytecode/isa.def"
+  kCount
+};
+inline constexpr int kNumOpcodes = static_cast<int>(Opcode::kCount);
+
+enum class OperandFormat : uint8_t { kNone, kAxis, kDst, kDstSrc, kDstSrc2, kDstSrc3 };
+enum class Family : uint8_t { kControl, kData, kReduce, kUnary, kBinary };
+
+struct OpInfo {
+  const char* mnemonic;
+  OperandFormat format;
+  Family family;
+};
+extern const OpInfo kOpInfo[kNumOpcodes];
+
+inline constexpr int kFirstUnary = static_cast<int>(Opcode::kUNeg);
+inline constexpr int kFirstBinary = static_cast<int>(Opcode::kBAdd);
+
+enum class OperandKind : uint8_t { kReg = 0, kDesc = 1, kConst = 2, kParam = 3 };
+enum class TileClass : uint8_t { kFull = 0, kRow = 1, kCol = 2, kScalar = 3 };
+
+// Does the class vary along the tile's rows / columns?
+constexpr bool class_has_rows(TileClass c) {
+  return c == TileClass::kFull || c == TileClass::kRow;
+}
+constexpr bool class_has_cols(TileClass c) {
+  return c == TileClass::kFull || c == TileClass::kCol;
+}
+constexpr TileClass make_class(bool rows, bool cols) {
+  return rows ? (cols ? TileClass::kFull : TileClass::kRow)
+              : (cols ? TileClass::kCol : TileClass::kScalar);
+}
+
+struct Operand {
+  OperandKind kind = OperandKind::kReg;
+  TileClass cls = TileClass::kFull;
+  uint16_t index = 0;
+  constexpr uint16_t encode() const {
+    return static_cast<uint16_t>((static_cast<unsigned>(kind) << 14) |
+                                 (static_cast<unsigned>(cls) << 12) | (index & 0xFFF));
+  }
+  static constexpr Operand decode(uint16_t bits) {
+    return Operand{static_cast<OperandKind>(bits >> 14), static_cast<TileClass>((bits >> 12) & 3),
+                   static_cast<uint16_t>(bits & 0xFFF)};
+  }
+  static constexpr Operand reg(int i, TileClass c) {
+    return Operand{OperandKind::kReg, c, static_cast<uint16_t>(i)};
+  }
+  static constexpr Operand desc(int i) {
+    return Operand{OperandKind::kDesc, TileClass::kFull, static_cast<uint16_t>(i)};
+  }
+  static constexpr Operand constant(int i) {
+    return Operand{OperandKind::kConst, TileClass::kScalar, static_cast<uint16_t>(i)};
+  }
+  static constexpr Operand param(int i) {
+    return Operand{OperandKind::kParam, TileClass::kScalar, static_cast<uint16_t>(i)};
+  }
+};
+static_assert(Operand::decode(Operand::reg(17, TileClass::kCol).encode()).index == 17);
+
+// Reduce / ArgReduce aux field: bits 0-7 ReduceOp, bit 8 reduce over rows, bit 9 over
+// columns, bits 10-14 the axis whose index var gives ArgReduce's base index.
+constexpr uint16_t reduce_aux(ReduceOp op, bool rows, bool cols, int axis = 0) {
+  return static_cast<uint16_t>(static_cast<unsigned>(op) | (rows ? 0x100u : 0u) |
+                               (cols ? 0x200u : 0u) | (static_cast<unsigned>(axis) << 10));
+}
+constexpr ReduceOp aux_reduce_op(uint16_t aux) {
+  return static_cast<ReduceOp>(aux & 0xFF);
+}
+constexpr bool aux_rows(uint16_t aux) {
+  return aux & 0x100;
+}
+constexpr bool aux_cols(uint16_t aux) {
+  return aux & 0x200;
+}
+constexpr int aux_axis(uint16_t aux) {
+  return (aux >> 10) & 0x1F;
+}
+
+struct Instr {
+  Opcode op;
+  CType ctype;
+  TileClass cls;
+  uint8_t flags;
+  uint16_t aux;
+  Operand d, a, b, c;
+};
+
+constexpr uint64_t encode_word0(const Instr& in) {
+  return static_cast<uint64_t>(in.op) | (static_cast<uint64_t>(in.ctype) << 8) |
+         (static_cast<uint64_t>(in.cls) << 10) | (static_cast<uint64_t>(in.flags & 0xF) << 12) |
+         (static_cast<uint64_t>(in.aux) << 16);
+}
+constexpr uint64_t encode_word1(const Instr& in) {
+  return static_cast<uint64_t>(in.d.encode()) | (static_cast<uint64_t>(in.a.encode()) << 16) |
+         (static_cast<uint64_t>(in.b.encode()) << 32) |
+         (static_cast<uint64_t>(in.c.encode()) << 48);
+}
+constexpr Instr decode_instr(uint64_t w0, uint64_t w1) {
+  return Instr{static_cast<Opcode>(w0 & 0xFF),
+               static_cast<CType>((w0 >> 8) & 3),
+               static_cast<TileClass>((w0 >> 10) & 3),
+               static_cast<uint8_t>((w0 >> 12) & 0xF),
+               static_cast<uint16_t>((w0 >> 16) & 0xFFFF),
+               Operand::decode(static_cast<uint16_t>(w1)),
+               Operand::decode(static_cast<uint16_t>(w1 >> 16)),
+               Operand::decode(static_cast<uint16_t>(w1 >> 32)),
+               Operand::decode(static_cast<uint16_t>(w1 >> 48))};
+}
+
+enum class AxisIter : uint8_t { kGrid = 0, kLoop = 1 };
+enum class AxisTile : uint8_t { kNone = 0, kRow = 1, kCol = 2 };
+
+struct Axis {
+  int64_t extent = 1;
+  int64_t chunk = 1;  // elements per step (1 unless a tile axis)
+  AxisIter iter = AxisIter::kGrid;
+  AxisTile tile = AxisTile::kNone;
+  int64_t trips() const { return extent == 0 ? 0 : (extent + chunk - 1) / chunk; }
+};
+
+struct Descriptor {
+  uint16_t slot = 0;  // argument slot (index into the pointer table given at launch)
+  DType dtype = DType::kF32;
+  int64_t offset = 0;
+  std::array<int64_t, kMaxAxes> stride{};
+};
+
+// A constant of the instruction's compute type (the encoder stores all three forms).
+struct Constant {
+  float f32 = 0;
+  int32_t i32 = 0;
+  int64_t i64 = 0;
+};
+
+struct Program {
+  uint32_t version = kFormatVersion;
+  std::string name;
+  int64_t grid = 0;            // blocks; product of the grid axes' trip counts
+  std::vector<Axis> axes;      // <= kMaxAxes
+  int num_regs = 0;            // tile registers
+  int64_t reg_elems = 0;       // capacity of one register in elements (8 bytes each)
+  int64_t reg_row_stride = 0;  // elements between rows of a full-tile register
+  std::vector<Descriptor> descs;
+  std::vector<Constant> consts;
+  int num_params = 0;
+  int num_slots = 0;
+  std::vector<uint64_t> code;  // two words per instruction
+
+  size_t num_instrs() const { return code.size() / 2; }
+  Instr instr(size_t i) const { return decode_instr(code[2 * i], code[2 * i + 1]); }
+  void emit(const Instr& in) {
+    code.push_back(encode_word0(in));
+    code.push_back(encode_word1(in));
+  }
+};
+
+// Element offsets [lo, hi] a descriptor can touch for the program's axes; false if the
+// iteration space is empty (the descriptor touches nothing).
+bool descriptor_span(const Program& p, const Descriptor& d, int64_t* lo, int64_t* hi);
+
+// Text form of a program (one instruction per line, plus header, axes and descriptors).
+std::string disassemble(const Program& p);
+
+}  // namespace dvm::bc

@@ -1,0 +1,33 @@
+// The CPU VM: executes verified bytecode programs, block by block.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "bytecode/format.h"
+
+namespace dvm::vm {
+
+// A program after verification, decoded once for the interpreter.
+struct LoadedProgram {
+  bc::Program program;
+  std::vector<bc::Instr> instrs;
+  std::vector<int32_t> loop_end;  // for each Loop: index of its EndLoop (and vice versa)
+  int row_axis = -1;
+  int col_axis = -1;
+};
+
+// Run-time bindings of one launch: tensor base pointers per slot and scalar params.
+struct LaunchArgs {
+  void* const* slots = nullptr;
+  const bc::Constant* params = nullptr;
+};
+
+// Runs blocks [begin, end) of a verified program on the calling thread.
+void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, int64_t end);
+
+// Runs every block, spread over the thread pool with a deterministic partition (each block is
+// computed identically whichever thread runs it). Small launches run on the calling thread.
+void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads);
+
+}  // namespace dvm::vm

@@ -1,0 +1,177 @@
+// Shared harness of the VM tests: random tensors, running a kernel on the VM and on the
+// reference executor with the same arguments, and comparing every output element.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dvm/runtime.h"
+#include "ir/kernel_def.h"
+#include "vm/scalar_ops.h"
+
+namespace dvm::testing {
+
+// A tensor buffer with a strided view over it.
+struct Buffer {
+  DType dtype = DType::kF32;
+  std::vector<char> bytes;
+  TensorArg arg;
+};
+
+inline Buffer make_buffer(DType t, std::vector<int64_t> shape, std::mt19937& rng,
+                          bool transposed = false, int64_t offset = 0) {
+  Buffer b;
+  b.dtype = t;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  int64_t storage = n + offset;
+  b.bytes.assign(static_cast<size_t>(std::max<int64_t>(storage, 1) * dtype_size(t)), 0);
+  std::uniform_real_distribution<float> uf(-2.f, 2.f);
+  std::uniform_int_distribution<int> ui(-50, 50);
+  for (int64_t i = 0; i < storage; ++i) {
+    char* p = b.bytes.data() + i * dtype_size(t);
+    switch (t) {
+      case DType::kF32: {
+        float v = uf(rng);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t v = vm::f32_to_f16_bits(uf(rng));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case DType::kBF16: {
+        uint16_t v = vm::f32_to_bf16_bits(uf(rng));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case DType::kI32: {
+        int32_t v = ui(rng);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case DType::kI64: {
+        int64_t v = ui(rng);
+        std::memcpy(p, &v, 8);
+        break;
+      }
+      case DType::kBool: {
+        *p = static_cast<char>(ui(rng) > 0);
+        break;
+      }
+    }
+  }
+  b.arg.data = b.bytes.data();
+  b.arg.dtype = t;
+  b.arg.shape = shape;
+  b.arg.offset = offset;
+  b.arg.storage_elems = storage;
+  if (transposed && shape.size() >= 2) {
+    // Column-major over the last two dims: a non-contiguous (permuted) view.
+    size_t r = shape.size();
+    std::vector<int64_t> st(r);
+    int64_t s = 1;
+    st[r - 2] = s;
+    s *= shape[r - 2];
+    st[r - 1] = s;
+    s *= shape[r - 1];
+    for (int i = static_cast<int>(r) - 3; i >= 0; --i) {
+      st[i] = s;
+      s *= shape[i];
+    }
+    b.arg.strides = st;
+  }
+  return b;
+}
+
+inline DType dtype_of_output(const Kernel& k, int out) {
+  return k.def().nodes[k.def().outputs[out].node].dtype;
+}
+
+inline double element(const Buffer& b, int64_t i) {
+  const char* p = b.bytes.data() + i * dtype_size(b.dtype);
+  switch (b.dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return vm::f16_bits_to_f32(v);
+    }
+    case DType::kBF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return vm::bf16_bits_to_f32(v);
+    }
+    case DType::kI32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kI64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DType::kBool:
+      return *p;
+  }
+  return 0;
+}
+
+struct Tolerance {
+  double abs = 1e-5;
+  double rel = 1e-5;
+};
+
+// Runs `kernel` on the VM and the reference with the given inputs; compares all outputs.
+inline void expect_matches_reference(const Kernel& kernel, const std::vector<Buffer>& inputs,
+                                     Tolerance tol = {}, std::vector<ScalarArg> params = {},
+                                     const std::string& what = "") {
+  std::vector<TensorArg> in;
+  for (const auto& b : inputs) in.push_back(b.arg);
+  auto ck = CompiledKernel::create(kernel);
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  auto shapes = (*ck)->infer_output_shapes(in);
+  ASSERT_TRUE(shapes.is_ok()) << shapes.status().to_string();
+  std::mt19937 rng(7);
+  std::vector<Buffer> vm_out, ref_out;
+  std::vector<TensorArg> vo, ro;
+  for (int k = 0; k < kernel.num_outputs(); ++k) {
+    DType t = dtype_of_output(kernel, k);
+    vm_out.push_back(make_buffer(t, (*shapes)[k], rng));
+    ref_out.push_back(make_buffer(t, (*shapes)[k], rng));
+  }
+  for (auto& b : vm_out) vo.push_back(b.arg);
+  for (auto& b : ref_out) ro.push_back(b.arg);
+  Status rs = run_reference(kernel, in, ro, params);
+  ASSERT_TRUE(rs.is_ok()) << rs.to_string();
+  Status vs = (*ck)->run(in, vo, params);
+  ASSERT_TRUE(vs.is_ok()) << vs.to_string() << "\n" << kernel.to_string();
+  for (int k = 0; k < kernel.num_outputs(); ++k) {
+    int64_t n = vo[k].numel();
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 5; ++i) {
+      double a = element(vm_out[k], i), r = element(ref_out[k], i);
+      bool same = (std::isnan(a) && std::isnan(r)) || a == r ||
+                  std::abs(a - r) <= tol.abs + tol.rel * std::abs(r);
+      if (!same) {
+        ++bad;
+        ADD_FAILURE() << what << " output " << k << " element " << i << ": vm " << a
+                      << " vs reference " << r << "\n"
+                      << kernel.to_string() << (*ck)->disassemble(in, vo).value();
+      }
+    }
+  }
+}
+
+}  // namespace dvm::testing
