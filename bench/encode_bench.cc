@@ -7,8 +7,10 @@
 // median time of a second, cache-hitting call for the same shapes (`hit_us`).
 //
 // call/<case>: the cached-call path (shape bind + cache hit + relocate + launch) at 1K
-// elements, against a hand-written fused loop for the same 1K elements (the compute floor the
-// VM would ideally reach) and a 1-element call (the fixed overhead).
+// elements, against the VM alone (the same encoded program launched directly through the
+// internal vm::launch, no runtime around it), a hand-written fused loop for the same 1K
+// elements (the compute floor the VM would ideally reach) and a 1-element call (the fixed
+// overhead).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -19,8 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "dvm/kernel.h"
 #include "dvm/runtime.h"
+#include "encoder/encoder.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -277,6 +281,33 @@ void bm_cached_call(benchmark::State& st, int threads, bool relocate) {
   st.SetItemsProcessed(st.iterations() * n);
 }
 
+// The VM alone: encode once through the internal encoder, then launch the program directly
+// (no shape bind, cache lookup or relocation checks). Uses internal headers (src/).
+void bm_vm_only(benchmark::State& st, int threads) {
+  const int64_t n = st.range(0);
+  auto kernel = build_tanh_affine();
+  if (!kernel.is_ok()) return st.SkipWithError(kernel.status().to_string().c_str());
+  if (threads == 0) threads = dvm::base::hardware_threads();
+  std::vector<float> x(n, 0.5f), y(n);
+  const dvm::TensorArg in[] = {dvm::TensorArg::contiguous(x.data(), DType::kF32, {n})};
+  const dvm::TensorArg out[] = {dvm::TensorArg::contiguous(y.data(), DType::kF32, {n})};
+  dvm::ir::Binding binding;
+  dvm::enc::EncodedKernel ek;
+  dvm::enc::EncodeOptions eo;
+  eo.num_threads = threads;
+  dvm::Status s = dvm::ir::bind_shapes(kernel->def(), in, &binding);
+  if (s.is_ok()) s = dvm::enc::encode(kernel->def(), binding, in, out, eo, &ek);
+  if (!s.is_ok()) return st.SkipWithError(s.to_string().c_str());
+  if (!ek.workspace_bytes.empty()) return st.SkipWithError("program needs workspaces");
+  void* slots[] = {x.data(), y.data()};
+  const dvm::vm::LaunchArgs args{slots, nullptr};
+  for (auto _ : st) {
+    for (const auto& p : ek.programs) dvm::vm::launch(*p, args, threads);
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * n);
+}
+
 // The same computation as a hand-written loop: what the call costs without any runtime.
 void bm_fused_loop(benchmark::State& st) {
   namespace hn = hwy::HWY_NAMESPACE;
@@ -312,6 +343,13 @@ void register_all() {
         Call{"call/tanh_affine/dvm_relocate", 0, true}}) {
     benchmark::RegisterBenchmark(
         c.name, [c](benchmark::State& st) { bm_cached_call(st, c.threads, c.relocate); })
+        ->Arg(1)
+        ->Arg(1024)
+        ->Unit(benchmark::kNanosecond);
+  }
+  for (const Call& c : {Call{"call/tanh_affine/vm_only", 0, false},
+                        Call{"call/tanh_affine/vm_only_st", 1, false}}) {
+    benchmark::RegisterBenchmark(c.name, [c](benchmark::State& st) { bm_vm_only(st, c.threads); })
         ->Arg(1)
         ->Arg(1024)
         ->Unit(benchmark::kNanosecond);

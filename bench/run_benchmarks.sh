@@ -80,6 +80,14 @@ if enc:
         if k.startswith("call/"):
             t = None if b.get("error_occurred") else b["real_time"]
             print(f"{k[5:]:<34}{fmt(t, '{:.0f}'):>10}")
+    def t(name):
+        b = enc.get(name)
+        return None if b is None or b.get("error_occurred") else b["real_time"]
+    for n in (1, 1024):
+        for sfx in ("", "_st"):
+            a, v = t(f"call/tanh_affine/dvm{sfx}/{n}"), t(f"call/tanh_affine/vm_only{sfx}/{n}")
+            if a is not None and v is not None:
+                print(f"runtime overhead (dvm{sfx} - vm_only{sfx}) at n={n}: {a - v:.0f} ns/call")
 
 vm = load("vm_bench")
 if vm:
