@@ -43,8 +43,12 @@ def load(name):
     path = os.path.join(out, name + ".json")
     if not os.path.exists(path):
         return {}
+    try:
+        data = json.load(open(path))
+    except ValueError:  # the filter matched nothing in this binary
+        return {}
     runs = {}
-    for b in json.load(open(path))["benchmarks"]:
+    for b in data.get("benchmarks", []):
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
             continue
         key = [p for p in b["run_name"].split("/") if p not in ("real_time", "manual_time")]

@@ -9,7 +9,8 @@
 //   dvm_st / dvm_mt     CompiledKernel::run, cache hit, 1 thread / kThreads threads
 //   fused_st / fused_mt one hand-fused loop, -O3 -march=native, Highway vectors and the same
 //                       class of polynomial math as the VM; mt splits the range over
-//                       kThreads std::threads (a persistent pool, the caller included)
+//                       kThreads std::threads (a persistent pool, the caller included) when
+//                       the launch has >= kGrain elements, the VM's own rule
 //   eager_st / eager_mt op by op: one full pass over memory per meta-op, like an eager
 //                       framework, with the same vector code per op
 // kThreads = DVM_NUM_THREADS if set, else std::thread::hardware_concurrency(); reported as
@@ -40,6 +41,7 @@ using V = hn::Vec<D>;
 
 constexpr int64_t kCols = 1024;
 constexpr float kEps = 1e-5f;
+constexpr int64_t kGrain = int64_t{1} << 15;
 
 int bench_threads() {
   if (const char* env = std::getenv("DVM_NUM_THREADS")) {
@@ -51,9 +53,9 @@ int bench_threads() {
 const int kThreads = bench_threads();
 
 // ---------------------------------------------------------------------------------------------
-// A persistent fork-join pool: run(fn) calls fn(part, parts) for every part on its own thread
-// (part 0 on the caller). Workers spin briefly, then sleep on an atomic wait, so an idle pool
-// does not steal cycles from the other variants.
+// A persistent fork-join pool: run(elems, fn) calls fn(part, parts) for every part on its own
+// thread (part 0 on the caller). Workers spin briefly, then sleep on an atomic wait, so an idle
+// pool does not steal cycles from the other variants.
 
 class Pool {
  public:
@@ -66,9 +68,9 @@ class Pool {
     gen_.notify_all();
     for (auto& t : workers_) t.join();
   }
-  int parts() const { return parts_; }
-  void run(const std::function<void(int, int)>& fn) {
-    if (parts_ == 1) return fn(0, 1);
+  // Like the VM (and PyTorch's grain size), launches under kGrain elements run on the caller.
+  void run(int64_t elems, const std::function<void(int, int)>& fn) {
+    if (parts_ == 1 || elems < kGrain) return fn(0, 1);
     job_ = &fn;
     pending_.store(parts_ - 1, std::memory_order_relaxed);
     gen_.fetch_add(1, std::memory_order_release);
@@ -272,22 +274,23 @@ struct Workload {
 };
 
 // One eager pass: fn(begin, end) over n items split across the pool.
-void pass(Pool& pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  pool.run([&](int p, int parts) { fn(split(n, p, parts), split(n, p + 1, parts)); });
+// `elems` (the elements the pass touches) decides whether it is worth waking the workers.
+void pass(Pool& pool, int64_t n, int64_t elems, const std::function<void(int64_t, int64_t)>& fn) {
+  pool.run(elems, [&](int p, int parts) { fn(split(n, p, parts), split(n, p + 1, parts)); });
 }
 
 template <class F>
 void eager_unary(Pool& pool, const float* x, float* y, int64_t n, F f) {
-  pass(pool, n, [&](int64_t b, int64_t e) { map1(x, y, b, e, f); });
+  pass(pool, n, n, [&](int64_t b, int64_t e) { map1(x, y, b, e, f); });
 }
 template <class F>
 void eager_binary(Pool& pool, const float* a, const float* b, float* y, int64_t n, F f) {
-  pass(pool, n, [&](int64_t lo, int64_t hi) { map2(a, b, y, lo, hi, f); });
+  pass(pool, n, n, [&](int64_t lo, int64_t hi) { map2(a, b, y, lo, hi, f); });
 }
 template <class F>
 void eager_rows(Pool& pool, const float* x, const float* row, const float* col, float* y,
                 int64_t rows, F f) {
-  pass(pool, rows, [&](int64_t b, int64_t e) { map_rows(x, row, col, y, b, e, f); });
+  pass(pool, rows, rows * kCols, [&](int64_t b, int64_t e) { map_rows(x, row, col, y, b, e, f); });
 }
 
 // --- tanh_affine -----------------------------------------------------------------------------
@@ -401,12 +404,12 @@ void eager_softmax(Data& m, Pool& pool) {
   float* y = m.y.get();
   float* mx = m.r1.get();
   float* sm = m.r2.get();
-  pass(pool, m.rows, [&](int64_t b, int64_t e) {
+  pass(pool, m.rows, m.n, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) mx[r] = row_max(x + r * kCols);
   });
   eager_rows(pool, x, mx, nullptr, t, m.rows, [](D, V v, V rv, V) { return hn::Sub(v, rv); });
   eager_unary(pool, t, t, m.n, [](D d, V v) { return hn::Exp(d, v); });
-  pass(pool, m.rows, [&](int64_t b, int64_t e) {
+  pass(pool, m.rows, m.n, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) sm[r] = row_sum(t + r * kCols);
   });
   eager_rows(pool, t, sm, nullptr, y, m.rows, [](D, V v, V rv, V) { return hn::Div(v, rv); });
@@ -456,12 +459,12 @@ void eager_layernorm(Data& m, Pool& pool) {
   float* mean = m.r1.get();
   float* rstd = m.r2.get();
   const int64_t rows = m.rows;
-  pass(pool, rows, [&](int64_t b, int64_t e) {  // mean
+  pass(pool, rows, m.n, [&](int64_t b, int64_t e) {  // mean
     for (int64_t r = b; r < e; ++r) mean[r] = row_sum(x + r * kCols) * (1.0f / kCols);
   });
   eager_rows(pool, x, mean, nullptr, xc, rows, [](D, V v, V rv, V) { return hn::Sub(v, rv); });
   eager_binary(pool, xc, xc, t, m.n, [](D, V u, V v) { return hn::Mul(u, v); });
-  pass(pool, rows, [&](int64_t b, int64_t e) {  // var, + eps, rsqrt (tiny [rows] ops)
+  pass(pool, rows, m.n, [&](int64_t b, int64_t e) {  // var, + eps, rsqrt (tiny [rows] ops)
     for (int64_t r = b; r < e; ++r) {
       rstd[r] = 1.0f / std::sqrt(row_sum(t + r * kCols) * (1.0f / kCols) + kEps);
     }
@@ -501,7 +504,7 @@ void bm_fused(benchmark::State& st, const Workload& w, int threads) {
     w.fused(m, split(n, p, parts), split(n, p + 1, parts));
   };
   for (auto _ : st) {
-    pool.run(job);
+    pool.run(m.n, job);
     benchmark::ClobberMemory();
   }
   report(st, m, threads);
