@@ -65,6 +65,7 @@ struct CompiledKernel::Impl {
 
   StatusOr<std::shared_ptr<const enc::EncodedKernel>> lookup(std::span<const TensorArg> inputs,
                                                              std::span<const TensorArg> outputs,
+                                                             std::span<const ScalarArg> params,
                                                              RunStats* stats) const;
   Status check_fast(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                     std::span<const ScalarArg> params) const;
@@ -122,7 +123,8 @@ Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
 }
 
 StatusOr<std::shared_ptr<const enc::EncodedKernel>> CompiledKernel::Impl::lookup(
-    std::span<const TensorArg> inputs, std::span<const TensorArg> outputs, RunStats* stats) const {
+    std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+    std::span<const ScalarArg> params, RunStats* stats) const {
   thread_local Key key;
   key.clear();
   for (const TensorArg& t : inputs) append_arg(t, &key);
@@ -139,7 +141,7 @@ StatusOr<std::shared_ptr<const enc::EncodedKernel>> CompiledKernel::Impl::lookup
   const ir::KernelDef& def = kernel.def();
   ir::Binding binding;
   DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
-  DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, {}));
+  DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, params));
   auto encoded = std::make_shared<enc::EncodedKernel>();
   enc::EncodeOptions eo;
   eo.num_threads = threads;
@@ -160,7 +162,7 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
   DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
   if (stats) *stats = RunStats{};
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
-                       impl_->lookup(inputs, outputs, stats));
+                       impl_->lookup(inputs, outputs, params, stats));
   // Relocation: the programs address slots; bind this call's pointers and prove the spans
   // the verifier computed lie inside this call's storage.
   const ir::KernelDef& def = impl_->kernel.def();
@@ -228,8 +230,9 @@ StatusOr<std::vector<std::vector<int64_t>>> CompiledKernel::infer_output_shapes(
 
 StatusOr<std::string> CompiledKernel::disassemble(std::span<const TensorArg> inputs,
                                                   std::span<const TensorArg> outputs) const {
+  std::vector<ScalarArg> no_params(impl_->kernel.num_params());
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
-                       impl_->lookup(inputs, outputs, nullptr));
+                       impl_->lookup(inputs, outputs, no_params, nullptr));
   std::string s;
   for (const auto& p : ek->programs) s += bc::disassemble(p->program) + "\n";
   return s;

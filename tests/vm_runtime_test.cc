@@ -1,0 +1,139 @@
+// The runtime around the VM: program cache and relocation, statistics, determinism across
+// thread counts, run-time params, staged (workspace) kernels.
+#include "vm_test_util.h"
+
+namespace dvm::testing {
+namespace {
+
+Kernel softmax_kernel() {
+  KernelBuilder kb("softmax");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", DType::kF32, {S, H});
+  Value e = kb.unary(UnaryOp::kExp, kb.sub(x, kb.max(x, {-1}, true)));
+  kb.store("y", kb.div(e, kb.sum(e, {-1}, true)));
+  return kb.build().value();
+}
+
+TEST(Runtime, CacheHitRelocatesToNewAddresses) {
+  Kernel k = softmax_kernel();
+  auto ck = CompiledKernel::create(k).value();
+  std::mt19937 rng(1);
+  Buffer x1 = make_buffer(DType::kF32, {8, 300}, rng), x2 = make_buffer(DType::kF32, {8, 300}, rng);
+  Buffer y1 = make_buffer(DType::kF32, {8, 300}, rng), y2 = make_buffer(DType::kF32, {8, 300}, rng);
+  RunStats st;
+  ASSERT_TRUE(ck->run({&x1.arg, 1}, {&y1.arg, 1}, {}, &st).is_ok());
+  EXPECT_FALSE(st.cache_hit);
+  EXPECT_GT(st.encode_us, 0);
+  EXPECT_EQ(st.programs, 1);
+  ASSERT_TRUE(ck->run({&x2.arg, 1}, {&y2.arg, 1}, {}, &st).is_ok());
+  EXPECT_TRUE(st.cache_hit);
+  EXPECT_EQ(st.encode_us, 0);
+  EXPECT_EQ(ck->cached_programs(), 1u);
+  // The second call wrote y2 from x2 (not y1 from x1 again).
+  Buffer r2 = make_buffer(DType::kF32, {8, 300}, rng);
+  ASSERT_TRUE(run_reference(k, {&x2.arg, 1}, {&r2.arg, 1}).is_ok());
+  for (int64_t i = 0; i < 8 * 300; ++i) EXPECT_NEAR(element(y2, i), element(r2, i), 1e-6);
+  // A new shape misses the cache.
+  Buffer x3 = make_buffer(DType::kF32, {3, 300}, rng), y3 = make_buffer(DType::kF32, {3, 300}, rng);
+  ASSERT_TRUE(ck->run({&x3.arg, 1}, {&y3.arg, 1}, {}, &st).is_ok());
+  EXPECT_FALSE(st.cache_hit);
+  EXPECT_EQ(ck->cached_programs(), 2u);
+}
+
+TEST(Runtime, BitwiseIdenticalAcrossThreadCounts) {
+  Kernel k = softmax_kernel();
+  std::mt19937 rng(2);
+  for (auto shape : std::vector<std::vector<int64_t>>{{512, 1000}, {7, 40000}, {3000, 17}}) {
+    Buffer x = make_buffer(DType::kF32, shape, rng);
+    std::vector<std::vector<char>> results;
+    for (int threads : {1, 2, 3}) {
+      CompileOptions opt;
+      opt.num_threads = threads;
+      auto ck = CompiledKernel::create(k, opt).value();
+      Buffer y = make_buffer(DType::kF32, shape, rng);
+      ASSERT_TRUE(ck->run({&x.arg, 1}, {&y.arg, 1}).is_ok());
+      results.push_back(y.bytes);
+    }
+    EXPECT_EQ(results[0], results[1]);
+    EXPECT_EQ(results[0], results[2]);
+  }
+}
+
+TEST(Runtime, ParamChangesWithoutReencoding) {
+  KernelBuilder kb("scale");
+  Value x = kb.load("x", DType::kF32, {kb.symbol("N")});
+  Value a = kb.param("alpha", DType::kF32);
+  kb.store("y", kb.mul(x, a));
+  Kernel k = kb.build().value();
+  auto ck = CompiledKernel::create(k).value();
+  std::mt19937 rng(3);
+  Buffer x1 = make_buffer(DType::kF32, {1000}, rng), y = make_buffer(DType::kF32, {1000}, rng);
+  for (double alpha : {2.0, -0.5, 3.0}) {
+    ScalarArg p = ScalarArg::of_float(alpha);
+    RunStats st;
+    ASSERT_TRUE(ck->run({&x1.arg, 1}, {&y.arg, 1}, {&p, 1}, &st).is_ok());
+    for (int64_t i = 0; i < 1000; ++i)
+      EXPECT_FLOAT_EQ(static_cast<float>(element(y, i)),
+                      static_cast<float>(element(x1, i) * alpha));
+  }
+  EXPECT_EQ(ck->cached_programs(), 1u);
+}
+
+TEST(Runtime, StagedKernelsThroughWorkspaces) {
+  // A reshape of a computed value, a concat consumed further, and two reductions over
+  // different axes each need a stage boundary.
+  KernelBuilder kb("staged");
+  Dim N = kb.symbol("N");
+  Value x = kb.load("x", DType::kF32, {N, 6});
+  Value y = kb.unary(UnaryOp::kExp, x);
+  Value r = kb.reshape(y, {Dim(-1), 3});
+  Value c = kb.concat({r, kb.binary(BinaryOp::kMul, r, 2.0)}, 0);
+  kb.store("c", kb.binary(BinaryOp::kAdd, c, 1.0));
+  kb.store("s", kb.sum(kb.sum(y, {1}), {0}));
+  Kernel k = kb.build().value();
+  std::mt19937 rng(4);
+  for (int64_t n : {1, 5, 64}) {
+    expect_matches_reference(k, {make_buffer(DType::kF32, {n, 6}, rng)}, Tolerance{1e-5, 1e-5});
+  }
+  auto ck = CompiledKernel::create(k).value();
+  Buffer xb = make_buffer(DType::kF32, {5, 6}, rng);
+  Buffer cb = make_buffer(DType::kF32, {20, 3}, rng), sb = make_buffer(DType::kF32, {}, rng);
+  TensorArg outs[] = {cb.arg, sb.arg};
+  RunStats st;
+  ASSERT_TRUE(ck->run({&xb.arg, 1}, outs, {}, &st).is_ok());
+  EXPECT_GT(st.programs, 1);
+}
+
+TEST(Runtime, DisassemblyNamesInstructions) {
+  Kernel k = softmax_kernel();
+  auto ck = CompiledKernel::create(k).value();
+  std::mt19937 rng(5);
+  Buffer x = make_buffer(DType::kF32, {4, 50000}, rng),
+         y = make_buffer(DType::kF32, {4, 50000}, rng);
+  auto text = ck->disassemble({&x.arg, 1}, {&y.arg, 1});
+  ASSERT_TRUE(text.is_ok());
+  for (const char* m : {"loop", "endloop", "reduce", "exp", "div", "fill"})
+    EXPECT_NE(text->find(m), std::string::npos) << m << "\n" << *text;
+}
+
+TEST(Runtime, ErrorsLeaveOutputsUntouched) {
+  Kernel k = softmax_kernel();
+  auto ck = CompiledKernel::create(k).value();
+  std::mt19937 rng(6);
+  Buffer x = make_buffer(DType::kF32, {4, 10}, rng);
+  Buffer y = make_buffer(DType::kF32, {4, 11}, rng);  // wrong output shape
+  std::vector<char> before = y.bytes;
+  Status s = ck->run({&x.arg, 1}, {&y.arg, 1});
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("output 'y'"), std::string::npos) << s.message();
+  EXPECT_EQ(y.bytes, before);
+  Buffer y2 = make_buffer(DType::kF32, {4, 10}, rng);
+  y2.arg.storage_elems = 39;  // one element short
+  before = y2.bytes;
+  s = ck->run({&x.arg, 1}, {&y2.arg, 1});
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.to_string();
+  EXPECT_EQ(y2.bytes, before);
+}
+
+}  // namespace
+}  // namespace dvm::testing
