@@ -1,1 +1,948 @@
-// placeholder
+// Row kernels of the CPU VM (see tile_kernels.h). The f32 hot paths (unary, binary,
+// comparisons, select, fma, row reductions, accumulate) are Highway SIMD compiled for several
+// targets and dispatched at run time; integer, i64, conversion and arg-reduction rows are plain
+// loops over the scalar spec (src/vm/scalar_ops.h) compiled once.
+//
+// Tails: the last partial vector is copied into a padded stack buffer and run through the same
+// SIMD code, so an element's result never depends on its position in the row.
+
+// Keep the target list short: every target multiplies the compile time of this file.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)
+#endif
+
+#include "vm/cpu/tile_kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "vm/scalar_ops.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "vm/cpu/tile_kernels.cc"
+// clang-format off
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace dvm::vm::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+
+// Lanes of the widest target (AVX3: 16 x 32-bit); sizes the tail buffers.
+constexpr size_t kMaxLanes = 16;
+static_assert(HWY_MAX_BYTES / 4 <= kMaxLanes, "tail buffers too small");
+
+// ------------------------------------------------------------------------------------------
+// Generic row drivers. A source with increment 0 is a broadcast vector; when every source is
+// broadcast the result is computed once and replicated.
+
+template <class DO, class DA, class F>
+HWY_INLINE void Map1(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* a, int ainc,
+                     int64_t n, F f) {
+  using TO = hn::TFromD<DO>;
+  using TA = hn::TFromD<DA>;
+  if (n <= 0) return;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
+  HWY_ALIGN TA in[kMaxLanes];
+  HWY_ALIGN TO out[kMaxLanes];
+  if (ainc == 0) {
+    hn::Store(f(hn::Set(da, a[0])), dout, out);
+    const TO v = out[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = v;
+    return;
+  }
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(da, a + i)), dout, dst + i);
+  if (i < n) {
+    const int64_t m = n - i;
+    for (int64_t k = 0; k < N; ++k) in[k] = a[i + (k < m ? k : 0)];
+    hn::Store(f(hn::Load(da, in)), dout, out);
+    for (int64_t k = 0; k < m; ++k) dst[i + k] = out[k];
+  }
+}
+
+template <class DO, class DA, class F>
+HWY_INLINE void Map2(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* a, int ainc,
+                     const hn::TFromD<DA>* b, int binc, int64_t n, F f) {
+  using TO = hn::TFromD<DO>;
+  using TA = hn::TFromD<DA>;
+  if (n <= 0) return;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
+  HWY_ALIGN TA ina[kMaxLanes];
+  HWY_ALIGN TA inb[kMaxLanes];
+  HWY_ALIGN TO out[kMaxLanes];
+  const auto ba = hn::Set(da, a[0]);
+  const auto bb = hn::Set(da, b[0]);
+  if (ainc == 0 && binc == 0) {
+    hn::Store(f(ba, bb), dout, out);
+    const TO v = out[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = v;
+    return;
+  }
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto va = ainc ? hn::LoadU(da, a + i) : ba;
+    const auto vb = binc ? hn::LoadU(da, b + i) : bb;
+    hn::StoreU(f(va, vb), dout, dst + i);
+  }
+  if (i < n) {
+    const int64_t m = n - i;
+    for (int64_t k = 0; k < N; ++k) {
+      const int64_t j = i + (k < m ? k : 0);
+      ina[k] = a[ainc ? j : 0];
+      inb[k] = b[binc ? j : 0];
+    }
+    hn::Store(f(hn::Load(da, ina), hn::Load(da, inb)), dout, out);
+    for (int64_t k = 0; k < m; ++k) dst[i + k] = out[k];
+  }
+}
+
+// Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T).
+template <class D, class F>
+HWY_INLINE void Map3(D d, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
+                     const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc, int64_t n,
+                     F f) {
+  using T = hn::TFromD<D>;
+  if (n <= 0) return;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  HWY_ALIGN T ina[kMaxLanes];
+  HWY_ALIGN T inb[kMaxLanes];
+  HWY_ALIGN T inc[kMaxLanes];
+  HWY_ALIGN T out[kMaxLanes];
+  const auto ba = hn::Set(d, a[0]);
+  const auto bb = hn::Set(d, b[0]);
+  const auto bc = hn::Set(d, c[0]);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto va = ainc ? hn::LoadU(d, a + i) : ba;
+    const auto vb = binc ? hn::LoadU(d, b + i) : bb;
+    const auto vc = cinc ? hn::LoadU(d, c + i) : bc;
+    hn::StoreU(f(va, vb, vc), d, dst + i);
+  }
+  if (i < n) {
+    const int64_t m = n - i;
+    for (int64_t k = 0; k < N; ++k) {
+      const int64_t j = i + (k < m ? k : 0);
+      ina[k] = a[ainc ? j : 0];
+      inb[k] = b[binc ? j : 0];
+      inc[k] = c[cinc ? j : 0];
+    }
+    hn::Store(f(hn::Load(d, ina), hn::Load(d, inb), hn::Load(d, inc)), d, out);
+    for (int64_t k = 0; k < m; ++k) dst[i + k] = out[k];
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// f32 vector math
+
+HWY_INLINE VF NanMax(VF a, VF b) {
+  return hn::IfThenElse(hn::IsNaN(a), a, hn::IfThenElse(hn::Gt(a, b), a, b));
+}
+HWY_INLINE VF NanMin(VF a, VF b) {
+  return hn::IfThenElse(hn::IsNaN(a), a, hn::IfThenElse(hn::Lt(a, b), a, b));
+}
+
+// Any lane NaN in x gives x (the spec propagates NaN through every value op).
+HWY_INLINE VF KeepNaN(VF x, VF r) {
+  return hn::IfThenElse(hn::IsNaN(x), x, r);
+}
+
+HWY_INLINE VF ExpF(DF d, VF x) {
+  VF r = hn::Exp(d, x);
+  // Highway's Exp is valid up to +104; beyond that (and for +inf) the result is +inf.
+  r = hn::IfThenElse(hn::Gt(x, hn::Set(d, 100.0f)), hn::Set(d, HUGE_VALF), r);
+  return KeepNaN(x, r);
+}
+HWY_INLINE VF Expm1F(DF d, VF x) {
+  VF r = hn::Expm1(d, x);
+  r = hn::IfThenElse(hn::Gt(x, hn::Set(d, 100.0f)), hn::Set(d, HUGE_VALF), r);
+  return KeepNaN(x, r);
+}
+HWY_INLINE VF LogF(DF d, VF x) {
+  VF r = hn::Log(d, x);
+  r = hn::IfThenElse(hn::Eq(x, hn::Set(d, HUGE_VALF)), x, r);
+  r = hn::IfThenElse(hn::Eq(x, hn::Zero(d)), hn::Set(d, -HUGE_VALF), r);
+  r = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Set(d, std::numeric_limits<float>::quiet_NaN()),
+                     r);
+  return KeepNaN(x, r);
+}
+HWY_INLINE VF Log1pF(DF d, VF x) {
+  const VF m1 = hn::Set(d, -1.0f);
+  VF r = hn::Log1p(d, x);
+  r = hn::IfThenElse(hn::Eq(x, hn::Set(d, HUGE_VALF)), x, r);
+  r = hn::IfThenElse(hn::Eq(x, m1), hn::Set(d, -HUGE_VALF), r);
+  r = hn::IfThenElse(hn::Lt(x, m1), hn::Set(d, std::numeric_limits<float>::quiet_NaN()), r);
+  return KeepNaN(x, r);
+}
+
+// sin/cos: Highway is accurate for |x| <= 39000; other rows (rare) use the scalar spec.
+template <bool kSin>
+HWY_INLINE VF SinCosF(DF d, VF x) {
+  const VF r = kSin ? hn::Sin(d, x) : hn::Cos(d, x);
+  const auto ok = hn::Le(hn::Abs(x), hn::Set(d, 39000.0f));
+  if (HWY_LIKELY(hn::AllTrue(d, ok))) return r;
+  HWY_ALIGN float xs[kMaxLanes];
+  HWY_ALIGN float rs[kMaxLanes];
+  hn::Store(x, d, xs);
+  hn::Store(r, d, rs);
+  for (size_t k = 0; k < hn::Lanes(d); ++k) {
+    if (!(std::fabs(xs[k]) <= 39000.0f)) {
+      rs[k] = vm::unary_f32(kSin ? UnaryOp::kSin : UnaryOp::kCos, xs[k]);
+    }
+  }
+  return hn::Load(d, rs);
+}
+
+// sigmoid(x) = 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) for x < 0: e = exp(-|x|) never
+// overflows and the small side keeps its relative accuracy.
+HWY_INLINE VF SigmoidF(DF d, VF x) {
+  const VF one = hn::Set(d, 1.0f);
+  const VF e = hn::Exp(d, hn::Neg(hn::Abs(x)));
+  const VF num = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), e, one);
+  return KeepNaN(x, hn::Div(num, hn::Add(one, e)));
+}
+
+// silu(x) = x * sigmoid(x). Below -80, e^x is (nearly) subnormal and x * e^x would lose its
+// bits, so e^(x+20) is scaled by e^-20 after the product (x + 20 is exact there).
+HWY_INLINE VF SiluF(DF d, VF x) {
+  const VF one = hn::Set(d, 1.0f);
+  const auto far = hn::Lt(x, hn::Set(d, -80.0f));
+  const VF xs = hn::IfThenElse(far, hn::Add(x, hn::Set(d, 20.0f)), x);
+  const VF e = hn::Exp(d, hn::Neg(hn::Abs(xs)));
+  const VF num = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), e, one);
+  VF r = hn::Div(hn::Mul(x, num), hn::Add(one, e));
+  r = hn::IfThenElse(far, hn::Mul(r, hn::Set(d, 2.0611536e-09f)), r);  // e^-20
+  return KeepNaN(x, r);
+}
+
+// erf / erfc of t = |z|, fitted in f32 (least squares on relative error, Chebyshev nodes):
+//   t < 1:       erf(t) = t * P(t^2)              (P degree 6)
+//   1 <= t < 9.5: erfc(t) = exp(-t^2 + R(u)), u = (t - 5.25) / 4.25   (R degree 12)
+//   t >= 9.5:    erfc(t) = 0 (below the smallest subnormal)
+struct ErfParts {
+  VF erf;   // erf(t)
+  VF erfc;  // erfc(t) = 1 - erf(t), accurate relative to itself for large t
+};
+HWY_INLINE ErfParts ErfAbs(DF d, VF t) {
+  const VF one = hn::Set(d, 1.0f);
+  const VF s = hn::Mul(t, t);
+  VF p = hn::Set(d, 7.898201875e-05f);
+  p = hn::MulAdd(p, s, hn::Set(d, -8.024351555e-04f));
+  p = hn::MulAdd(p, s, hn::Set(d, 5.190053023e-03f));
+  p = hn::MulAdd(p, s, hn::Set(d, -2.685480751e-02f));
+  p = hn::MulAdd(p, s, hn::Set(d, 1.128361225e-01f));
+  p = hn::MulAdd(p, s, hn::Set(d, -3.761262894e-01f));
+  p = hn::MulAdd(p, s, hn::Set(d, 1.128379226e+00f));
+  const VF erf_small = hn::Mul(t, p);
+
+  const VF tc = hn::Min(hn::Max(t, one), hn::Set(d, 9.5f));
+  const VF u = hn::Mul(hn::Sub(tc, hn::Set(d, 5.25f)), hn::Set(d, 1.0f / 4.25f));
+  VF r = hn::Set(d, 4.199608520e-04f);
+  r = hn::MulAdd(r, u, hn::Set(d, -1.536058146e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, 2.502674470e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, -3.643332282e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, 7.049813401e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, -1.362388022e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, 2.431925386e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, -4.309391975e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, 7.775984704e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, -1.453500390e-01f));
+  r = hn::MulAdd(r, u, hn::Set(d, 2.965609729e-01f));
+  r = hn::MulAdd(r, u, hn::Set(d, -7.825111747e-01f));
+  r = hn::MulAdd(r, u, hn::Set(d, -2.247976303e+00f));
+  VF e = hn::Exp(d, hn::NegMulAdd(tc, tc, r));
+  e = hn::IfThenElseZero(hn::Lt(t, hn::Set(d, 9.5f)), e);
+
+  const auto small = hn::Lt(t, one);
+  ErfParts out;
+  out.erf = hn::IfThenElse(small, erf_small, hn::Sub(one, e));
+  out.erfc = hn::IfThenElse(small, hn::Sub(one, erf_small), e);
+  return out;
+}
+
+HWY_INLINE VF ErfF(DF d, VF x) {
+  const ErfParts p = ErfAbs(d, hn::Abs(x));
+  return KeepNaN(x, hn::CopySign(p.erf, x));
+}
+
+// gelu(x) = x/2 * (1 + erf(x/sqrt2)); for x < 0 that is x/2 * erfc(|x|/sqrt2), which avoids
+// the cancellation of 1 + erf.
+HWY_INLINE VF GeluErfF(DF d, VF x) {
+  const VF z = hn::Mul(x, hn::Set(d, static_cast<float>(kSqrt1_2)));
+  const ErfParts p = ErfAbs(d, hn::Abs(z));
+  const VF one_plus =
+      hn::IfThenElse(hn::Lt(x, hn::Zero(d)), p.erfc, hn::Add(hn::Set(d, 1.0f), p.erf));
+  return KeepNaN(x, hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), one_plus));
+}
+
+// gelu_tanh(x) = x/2 * (1 + tanh(y)) = x * sigmoid(2y), y = sqrt(2/pi) * (x + 0.044715 x^3).
+HWY_INLINE VF GeluTanhF(DF d, VF x) {
+  const VF x3 = hn::Mul(hn::Mul(x, x), x);
+  const VF y2 = hn::Mul(hn::MulAdd(x3, hn::Set(d, 0.044715f), x),
+                        hn::Set(d, static_cast<float>(2.0 * kSqrt2OverPi)));
+  return hn::Mul(x, SigmoidF(d, y2));
+}
+
+HWY_INLINE VF SignF(DF d, VF x) {
+  const VF zero = hn::Zero(d);
+  VF r = hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, 1.0f), zero);
+  r = hn::IfThenElse(hn::Lt(x, zero), hn::Set(d, -1.0f), r);
+  return KeepNaN(x, r);
+}
+
+// Floor/Ceil/Round/Trunc keep the sign of x (-0 stays -0 also where an emulated target
+// loses it).
+void UnaryF32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
+  const DF d;
+  const auto run = [&](auto f) { Map1(d, d, dst, a, ainc, n, f); };
+  switch (op) {
+    case UnaryOp::kNeg:
+      return run([](VF x) { return hn::Neg(x); });
+    case UnaryOp::kAbs:
+      return run([](VF x) { return hn::Abs(x); });
+    case UnaryOp::kExp:
+      return run([d](VF x) { return ExpF(d, x); });
+    case UnaryOp::kLog:
+      return run([d](VF x) { return LogF(d, x); });
+    case UnaryOp::kLog1p:
+      return run([d](VF x) { return Log1pF(d, x); });
+    case UnaryOp::kExpm1:
+      return run([d](VF x) { return Expm1F(d, x); });
+    case UnaryOp::kSqrt:
+      return run([](VF x) { return hn::Sqrt(x); });
+    case UnaryOp::kRsqrt:
+      return run([d](VF x) { return hn::Div(hn::Set(d, 1.0f), hn::Sqrt(x)); });
+    case UnaryOp::kReciprocal:
+      return run([d](VF x) { return hn::Div(hn::Set(d, 1.0f), x); });
+    case UnaryOp::kTanh:
+      return run([d](VF x) { return hn::Tanh(d, x); });
+    case UnaryOp::kSigmoid:
+      return run([d](VF x) { return SigmoidF(d, x); });
+    case UnaryOp::kRelu:
+      return run(
+          [d](VF x) { return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d))); });
+    case UnaryOp::kGeluErf:
+      return run([d](VF x) { return GeluErfF(d, x); });
+    case UnaryOp::kGeluTanh:
+      return run([d](VF x) { return GeluTanhF(d, x); });
+    case UnaryOp::kSilu:
+      return run([d](VF x) { return hn::Mul(x, SigmoidF(d, x)); });
+    case UnaryOp::kErf:
+      return run([d](VF x) { return ErfF(d, x); });
+    case UnaryOp::kSin:
+      return run([d](VF x) { return SinCosF<true>(d, x); });
+    case UnaryOp::kCos:
+      return run([d](VF x) { return SinCosF<false>(d, x); });
+    case UnaryOp::kFloor:
+      return run([](VF x) { return hn::CopySign(hn::Floor(x), x); });
+    case UnaryOp::kCeil:
+      return run([](VF x) { return hn::CopySign(hn::Ceil(x), x); });
+    case UnaryOp::kRound:
+      return run([](VF x) { return hn::CopySign(hn::Round(x), x); });
+    case UnaryOp::kTrunc:
+      return run([](VF x) { return hn::CopySign(hn::Trunc(x), x); });
+    case UnaryOp::kSign:
+      return run([d](VF x) { return SignF(d, x); });
+    case UnaryOp::kIsFinite:
+    case UnaryOp::kIsNan:
+    case UnaryOp::kLogicalNot:
+      for (int64_t i = 0; i < n; ++i) dst[i] = vm::unary_f32(op, a[ainc ? i : 0]);
+      return;
+  }
+}
+
+HWY_INLINE VI MaskToI32(DF d, hn::Mask<DF> m) {
+  const DI di;
+  return hn::And(hn::BitCast(di, hn::VecFromMask(d, m)), hn::Set(di, 1));
+}
+
+void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n) {
+  const DF d;
+  const DI di;
+  switch (op) {
+    case UnaryOp::kIsFinite:
+      return Map1(di, d, dst, a, ainc, n, [d](VF x) { return MaskToI32(d, hn::IsFinite(x)); });
+    case UnaryOp::kIsNan:
+      return Map1(di, d, dst, a, ainc, n, [d](VF x) { return MaskToI32(d, hn::IsNaN(x)); });
+    case UnaryOp::kLogicalNot:
+      return Map1(di, d, dst, a, ainc, n,
+                  [d](VF x) { return MaskToI32(d, hn::Eq(x, hn::Zero(d))); });
+    default:
+      for (int64_t i = 0; i < n; ++i) dst[i] = vm::predicate_f32(op, a[ainc ? i : 0]);
+  }
+}
+
+void BinaryF32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
+               int64_t n) {
+  const DF d;
+  const auto run = [&](auto f) { Map2(d, d, dst, a, ainc, b, binc, n, f); };
+  switch (op) {
+    case BinaryOp::kAdd:
+      return run([](VF x, VF y) { return hn::Add(x, y); });
+    case BinaryOp::kSub:
+      return run([](VF x, VF y) { return hn::Sub(x, y); });
+    case BinaryOp::kMul:
+      return run([](VF x, VF y) { return hn::Mul(x, y); });
+    case BinaryOp::kDiv:
+      return run([](VF x, VF y) { return hn::Div(x, y); });
+    case BinaryOp::kMaximum:
+      return run([](VF x, VF y) { return NanMax(x, y); });
+    case BinaryOp::kMinimum:
+      return run([](VF x, VF y) { return NanMin(x, y); });
+    case BinaryOp::kPow:
+      // pow(x, 2) rounds x*x exactly like the double spec; other exponents stay exact.
+      if (binc == 0 && b[0] == 2.0f) return run([](VF x, VF) { return hn::Mul(x, x); });
+      [[fallthrough]];
+    default:
+      for (int64_t i = 0; i < n; ++i) dst[i] = vm::binary_f32(op, a[ainc ? i : 0], b[binc ? i : 0]);
+  }
+}
+
+// Float != is unordered (NaN != x is true), so it is computed as !(x == y).
+void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
+                int64_t n) {
+  const DF d;
+  const DI di;
+  const VI one = hn::Set(di, 1);
+  const auto run = [&](auto f) { Map2(di, d, dst, a, ainc, b, binc, n, f); };
+  const auto nonzero = [d, one](VF x) {
+    return hn::Xor(MaskToI32(d, hn::Eq(x, hn::Zero(d))), one);
+  };
+  switch (op) {
+    case BinaryOp::kEq:
+      return run([d](VF x, VF y) { return MaskToI32(d, hn::Eq(x, y)); });
+    case BinaryOp::kNe:
+      return run([d, one](VF x, VF y) { return hn::Xor(MaskToI32(d, hn::Eq(x, y)), one); });
+    case BinaryOp::kLt:
+      return run([d](VF x, VF y) { return MaskToI32(d, hn::Lt(x, y)); });
+    case BinaryOp::kLe:
+      return run([d](VF x, VF y) { return MaskToI32(d, hn::Le(x, y)); });
+    case BinaryOp::kGt:
+      return run([d](VF x, VF y) { return MaskToI32(d, hn::Gt(x, y)); });
+    case BinaryOp::kGe:
+      return run([d](VF x, VF y) { return MaskToI32(d, hn::Ge(x, y)); });
+    case BinaryOp::kLogicalAnd:
+      return run([nonzero](VF x, VF y) { return hn::And(nonzero(x), nonzero(y)); });
+    case BinaryOp::kLogicalOr:
+      return run([nonzero](VF x, VF y) { return hn::Or(nonzero(x), nonzero(y)); });
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        dst[i] = vm::compare_f32(op, a[ainc ? i : 0], b[binc ? i : 0]);
+      }
+  }
+}
+
+void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, int ainc,
+              const uint32_t* b, int binc, int64_t n) {
+  const DU du;
+  using VU = hn::Vec<DU>;
+  // The condition is reinterpreted as u32: non-zero iff the i32 is non-zero.
+  const uint32_t* c = reinterpret_cast<const uint32_t*>(cond);
+  Map3(du, dst, c, cinc, a, ainc, b, binc, n,
+       [du](VU vc, VU va, VU vb) { return hn::IfThenElse(hn::Ne(vc, hn::Zero(du)), va, vb); });
+}
+
+void FmaF32(float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
+            int cinc, int64_t n) {
+#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+  // No fused multiply-add instruction: keep the single rounding of the spec.
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = std::fma(a[ainc ? i : 0], b[binc ? i : 0], c[cinc ? i : 0]);
+  }
+#else
+  const DF d;
+  Map3(d, dst, a, ainc, b, binc, c, cinc, n, [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
+#endif
+}
+
+// ------------------------------------------------------------------------------------------
+// f32 reductions: four independent accumulators over full vectors, the tail padded with the
+// identity, then a fixed-order fold of the lanes. Deterministic for a given n and target.
+
+template <class F>
+HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float identity, F f,
+                              ReduceOp op) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF id = hn::Set(d, identity);
+  const VF bcast = hn::Set(d, n > 0 ? a[0] : identity);
+  const auto load = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : bcast; };
+  VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    acc0 = f(acc0, load(i));
+    acc1 = f(acc1, load(i + N));
+    acc2 = f(acc2, load(i + 2 * N));
+    acc3 = f(acc3, load(i + 3 * N));
+  }
+  for (; i + N <= n; i += N) acc0 = f(acc0, load(i));
+  if (i < n) {
+    HWY_ALIGN float buf[kMaxLanes];
+    for (int64_t k = 0; k < N; ++k) buf[k] = i + k < n ? a[ainc ? i + k : 0] : identity;
+    acc1 = f(acc1, hn::Load(d, buf));
+  }
+  acc0 = f(f(acc0, acc1), f(acc2, acc3));
+  HWY_ALIGN float lanes[kMaxLanes];
+  hn::Store(acc0, d, lanes);
+  float r = lanes[0];
+  for (int64_t k = 1; k < N; ++k) r = reduce_combine_f32(op, r, lanes[k]);
+  return r;
+}
+
+void ReduceRowF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
+  if (n <= 0) return;
+  const DF d;
+  const float id = reduce_identity<float>(op);
+  float r = 0.0f;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      r = ReduceRowVec(
+          d, a, ainc, n, id, [](VF x, VF y) { return hn::Add(x, y); }, op);
+      break;
+    case ReduceOp::kProd:
+      r = ReduceRowVec(
+          d, a, ainc, n, id, [](VF x, VF y) { return hn::Mul(x, y); }, op);
+      break;
+    case ReduceOp::kMax:
+    case ReduceOp::kArgMax:
+      r = ReduceRowVec(
+          d, a, ainc, n, id, [](VF x, VF y) { return NanMax(x, y); }, op);
+      break;
+    case ReduceOp::kMin:
+    case ReduceOp::kArgMin:
+      r = ReduceRowVec(
+          d, a, ainc, n, id, [](VF x, VF y) { return NanMin(x, y); }, op);
+      break;
+  }
+  *acc = reduce_combine_f32(op, *acc, r);
+}
+
+void AccumulateF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
+  const DF d;
+  const auto run = [&](auto f) { Map2(d, d, acc, acc, 1, a, ainc, n, f); };
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return run([](VF x, VF y) { return hn::Add(x, y); });
+    case ReduceOp::kProd:
+      return run([](VF x, VF y) { return hn::Mul(x, y); });
+    case ReduceOp::kMax:
+    case ReduceOp::kArgMax:
+      return run([](VF x, VF y) { return NanMax(x, y); });
+    case ReduceOp::kMin:
+    case ReduceOp::kArgMin:
+      return run([](VF x, VF y) { return NanMin(x, y); });
+  }
+}
+
+int64_t TargetId() {
+  return HWY_TARGET;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dvm::vm::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dvm::vm::cpu {
+
+HWY_EXPORT(UnaryF32);
+HWY_EXPORT(PredicateF32);
+HWY_EXPORT(BinaryF32);
+HWY_EXPORT(CompareF32);
+HWY_EXPORT(Select32);
+HWY_EXPORT(FmaF32);
+HWY_EXPORT(ReduceRowF32);
+HWY_EXPORT(AccumulateF32);
+HWY_EXPORT(TargetId);
+
+namespace {
+
+// Plain loops over the scalar spec; the op switch is hoisted out of the loop so that GCC can
+// vectorise the simple cases.
+template <typename TO, typename TA, typename F>
+void loop1(TO* dst, const TA* a, int ainc, int64_t n, F f) {
+  if (ainc) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i]);
+  } else if (n > 0) {
+    const TO v = f(a[0]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = v;
+  }
+}
+template <typename TO, typename TA, typename F>
+void loop2(TO* dst, const TA* a, int ainc, const TA* b, int binc, int64_t n, F f) {
+  if (ainc && binc) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
+  } else if (ainc) {
+    const TA y = b[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i], y);
+  } else if (binc) {
+    const TA x = a[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(x, b[i]);
+  } else if (n > 0) {
+    const TO v = f(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = v;
+  }
+}
+
+template <typename T>
+void unary_int_row(UnaryOp op, T* dst, const T* a, int ainc, int64_t n) {
+  switch (op) {
+    case UnaryOp::kNeg:
+      return loop1(dst, a, ainc, n, [](T x) { return wrap_neg(x); });
+    case UnaryOp::kAbs:
+      return loop1(dst, a, ainc, n, [](T x) { return x < 0 ? wrap_neg(x) : x; });
+    case UnaryOp::kRelu:
+      return loop1(dst, a, ainc, n, [](T x) { return x > 0 ? x : T(0); });
+    default:
+      return loop1(dst, a, ainc, n, [op](T x) { return unary_int<T>(op, x); });
+  }
+}
+
+template <typename T>
+void binary_int_row(BinaryOp op, T* dst, const T* a, int ainc, const T* b, int binc, int64_t n) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return wrap_add(x, y); });
+    case BinaryOp::kSub:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return wrap_sub(x, y); });
+    case BinaryOp::kMul:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return wrap_mul(x, y); });
+    case BinaryOp::kMaximum:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return x > y ? x : y; });
+    case BinaryOp::kMinimum:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return x < y ? x : y; });
+    default:
+      return loop2(dst, a, ainc, b, binc, n, [op](T x, T y) { return binary_int<T>(op, x, y); });
+  }
+}
+
+template <typename T>
+void compare_int_row(BinaryOp op, int32_t* dst, const T* a, int ainc, const T* b, int binc,
+                     int64_t n) {
+  switch (op) {
+    case BinaryOp::kEq:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x == y}; });
+    case BinaryOp::kLt:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x < y}; });
+    case BinaryOp::kGt:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x > y}; });
+    default:
+      return loop2(dst, a, ainc, b, binc, n, [op](T x, T y) { return compare<T>(op, x, y); });
+  }
+}
+
+template <typename T>
+void reduce_row_int(ReduceOp op, T* acc, const T* a, int ainc, int64_t n) {
+  T r = reduce_identity<T>(op);
+  if (ainc) {
+    for (int64_t i = 0; i < n; ++i) r = reduce_combine_int<T>(op, r, a[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) r = reduce_combine_int<T>(op, r, a[0]);
+  }
+  *acc = reduce_combine_int<T>(op, *acc, r);
+}
+
+template <typename T>
+void accumulate_int(ReduceOp op, T* acc, const T* a, int ainc, int64_t n) {
+  loop2(acc, acc, 1, a, ainc, n, [op](T x, T y) { return reduce_combine_int<T>(op, x, y); });
+}
+
+template <typename T>
+void argreduce_row(ReduceOp op, T* vacc, int64_t* iacc, const T* a, int ainc, int64_t n,
+                   int64_t base) {
+  if (n <= 0) return;
+  T best = a[0];
+  int64_t bi = base;
+  for (int64_t i = 1; i < n; ++i) {
+    const T v = a[ainc ? i : 0];
+    if (arg_better<T>(op, v, base + i, best, bi)) {
+      best = v;
+      bi = base + i;
+    }
+  }
+  if (arg_better<T>(op, best, bi, *vacc, *iacc)) {
+    *vacc = best;
+    *iacc = bi;
+  }
+}
+
+template <typename T>
+void argaccumulate(ReduceOp op, T* vacc, int64_t* iacc, const T* a, int ainc, int64_t n,
+                   int64_t index) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = a[ainc ? i : 0];
+    if (arg_better<T>(op, v, index, vacc[i], iacc[i])) {
+      vacc[i] = v;
+      iacc[i] = index;
+    }
+  }
+}
+
+template <typename T>
+T load_elem(DType from, const void* src, int64_t i) {
+  switch (from) {
+    case DType::kF32:
+      return static_cast<const float*>(src)[i];
+    case DType::kF16:
+      return f16_bits_to_f32(static_cast<const uint16_t*>(src)[i]);
+    case DType::kBF16:
+      return bf16_bits_to_f32(static_cast<const uint16_t*>(src)[i]);
+    case DType::kI32:
+      return static_cast<const int32_t*>(src)[i];
+    case DType::kI64:
+      return static_cast<const int64_t*>(src)[i];
+    case DType::kBool:
+      return static_cast<const uint8_t*>(src)[i] != 0 ? 1 : 0;
+  }
+  return T{};
+}
+
+}  // namespace
+
+void unary_f32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(UnaryF32)(op, dst, a, ainc, n);
+}
+void unary_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n) {
+  unary_int_row<int32_t>(op, dst, a, ainc, n);
+}
+void unary_i64(UnaryOp op, int64_t* dst, const int64_t* a, int ainc, int64_t n) {
+  unary_int_row<int64_t>(op, dst, a, ainc, n);
+}
+void predicate_f32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(PredicateF32)(op, dst, a, ainc, n);
+}
+void predicate_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n) {
+  loop1(dst, a, ainc, n, [op](int32_t x) { return vm::predicate_i32(op, x); });
+}
+void predicate_i64(UnaryOp op, int32_t* dst, const int64_t* a, int ainc, int64_t n) {
+  loop1(dst, a, ainc, n, [op](int64_t x) { return vm::predicate_i64(op, x); });
+}
+
+void binary_f32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
+                int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryF32)(op, dst, a, ainc, b, binc, n);
+}
+void binary_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
+                int64_t n) {
+  binary_int_row<int32_t>(op, dst, a, ainc, b, binc, n);
+}
+void binary_i64(BinaryOp op, int64_t* dst, const int64_t* a, int ainc, const int64_t* b, int binc,
+                int64_t n) {
+  binary_int_row<int64_t>(op, dst, a, ainc, b, binc, n);
+}
+void compare_f32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
+                 int64_t n) {
+  HWY_DYNAMIC_DISPATCH(CompareF32)(op, dst, a, ainc, b, binc, n);
+}
+void compare_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
+                 int64_t n) {
+  compare_int_row<int32_t>(op, dst, a, ainc, b, binc, n);
+}
+void compare_i64(BinaryOp op, int32_t* dst, const int64_t* a, int ainc, const int64_t* b, int binc,
+                 int64_t n) {
+  compare_int_row<int64_t>(op, dst, a, ainc, b, binc, n);
+}
+
+void select(int elem_bytes, void* dst, const int32_t* cond, int cinc, const void* a, int ainc,
+            const void* b, int binc, int64_t n) {
+  if (elem_bytes == 4) {
+    HWY_DYNAMIC_DISPATCH(Select32)
+    (static_cast<uint32_t*>(dst), cond, cinc, static_cast<const uint32_t*>(a), ainc,
+     static_cast<const uint32_t*>(b), binc, n);
+    return;
+  }
+  auto* d = static_cast<uint64_t*>(dst);
+  const auto* x = static_cast<const uint64_t*>(a);
+  const auto* y = static_cast<const uint64_t*>(b);
+  for (int64_t i = 0; i < n; ++i) {
+    d[i] = cond[cinc ? i : 0] != 0 ? x[ainc ? i : 0] : y[binc ? i : 0];
+  }
+}
+
+void convert(CType to, void* dst, CType from, const void* src, int sinc, int64_t n) {
+  const auto conv = [&](auto* d, const auto* s, auto f) { loop1(d, s, sinc, n, f); };
+  switch (from) {
+    case CType::kF32: {
+      const auto* s = static_cast<const float*>(src);
+      switch (to) {
+        case CType::kF32:
+          return conv(static_cast<float*>(dst), s, [](float x) { return x; });
+        case CType::kI32:
+          return conv(static_cast<int32_t*>(dst), s, f32_to_i32);
+        case CType::kI64:
+          return conv(static_cast<int64_t*>(dst), s, f32_to_i64);
+      }
+      return;
+    }
+    case CType::kI32: {
+      const auto* s = static_cast<const int32_t*>(src);
+      switch (to) {
+        case CType::kF32:
+          return conv(static_cast<float*>(dst), s, i32_to_f32);
+        case CType::kI32:
+          return conv(static_cast<int32_t*>(dst), s, [](int32_t x) { return x; });
+        case CType::kI64:
+          return conv(static_cast<int64_t*>(dst), s, i32_to_i64);
+      }
+      return;
+    }
+    case CType::kI64: {
+      const auto* s = static_cast<const int64_t*>(src);
+      switch (to) {
+        case CType::kF32:
+          return conv(static_cast<float*>(dst), s, i64_to_f32);
+        case CType::kI32:
+          return conv(static_cast<int32_t*>(dst), s, i64_to_i32);
+        case CType::kI64:
+          return conv(static_cast<int64_t*>(dst), s, [](int64_t x) { return x; });
+      }
+      return;
+    }
+  }
+}
+
+void round_to_f16(float* dst, const float* a, int ainc, int64_t n) {
+  loop1(dst, a, ainc, n, round_f16);
+}
+void round_to_bf16(float* dst, const float* a, int ainc, int64_t n) {
+  loop1(dst, a, ainc, n, round_bf16);
+}
+
+void load_convert(void* dst, DType from, const void* src, int64_t sstride, int64_t n) {
+  switch (compute_type(from)) {
+    case CType::kF32: {
+      auto* d = static_cast<float*>(dst);
+      if (from == DType::kF32 && sstride == 1) {
+        if (n > 0) std::memcpy(d, src, static_cast<size_t>(n) * sizeof(float));
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i) d[i] = load_elem<float>(from, src, i * sstride);
+      return;
+    }
+    case CType::kI32: {
+      auto* d = static_cast<int32_t*>(dst);
+      if (from == DType::kI32 && sstride == 1) {
+        if (n > 0) std::memcpy(d, src, static_cast<size_t>(n) * sizeof(int32_t));
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i) d[i] = load_elem<int32_t>(from, src, i * sstride);
+      return;
+    }
+    case CType::kI64: {
+      auto* d = static_cast<int64_t*>(dst);
+      const auto* s = static_cast<const int64_t*>(src);
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i * sstride];
+      return;
+    }
+  }
+}
+
+void store_convert(DType to, void* dst, int64_t dstride, const void* src, int sinc, int64_t n) {
+  const auto scatter = [&](auto* d, const auto* s, auto f) {
+    for (int64_t i = 0; i < n; ++i) d[i * dstride] = f(s[sinc ? i : 0]);
+  };
+  const auto* sf = static_cast<const float*>(src);
+  const auto* si = static_cast<const int32_t*>(src);
+  switch (to) {
+    case DType::kF32:
+      return scatter(static_cast<float*>(dst), sf, [](float x) { return x; });
+    case DType::kF16:
+      return scatter(static_cast<uint16_t*>(dst), sf, f32_to_f16_bits);
+    case DType::kBF16:
+      return scatter(static_cast<uint16_t*>(dst), sf, f32_to_bf16_bits);
+    case DType::kI32:
+      return scatter(static_cast<int32_t*>(dst), si, [](int32_t x) { return x; });
+    case DType::kI64:
+      return scatter(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src),
+                     [](int64_t x) { return x; });
+    case DType::kBool:
+      return scatter(static_cast<uint8_t*>(dst), si, i32_to_bool);
+  }
+}
+
+void reduce_row_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ReduceRowF32)(op, acc, a, ainc, n);
+}
+void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n) {
+  reduce_row_int<int32_t>(op, acc, a, ainc, n);
+}
+void reduce_row_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64_t n) {
+  reduce_row_int<int64_t>(op, acc, a, ainc, n);
+}
+void accumulate_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AccumulateF32)(op, acc, a, ainc, n);
+}
+void accumulate_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n) {
+  accumulate_int<int32_t>(op, acc, a, ainc, n);
+}
+void accumulate_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64_t n) {
+  accumulate_int<int64_t>(op, acc, a, ainc, n);
+}
+
+void fill_identity(ReduceOp op, CType t, void* dst, int64_t n) {
+  switch (t) {
+    case CType::kF32: {
+      auto* d = static_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = reduce_identity<float>(op);
+      return;
+    }
+    case CType::kI32: {
+      auto* d = static_cast<int32_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = reduce_identity<int32_t>(op);
+      return;
+    }
+    case CType::kI64: {
+      auto* d = static_cast<int64_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = reduce_identity<int64_t>(op);
+      return;
+    }
+  }
+}
+
+void argreduce_row_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc, int64_t n,
+                       int64_t base) {
+  argreduce_row<float>(op, vacc, iacc, a, ainc, n, base);
+}
+void argreduce_row_i32(ReduceOp op, int32_t* vacc, int64_t* iacc, const int32_t* a, int ainc,
+                       int64_t n, int64_t base) {
+  argreduce_row<int32_t>(op, vacc, iacc, a, ainc, n, base);
+}
+void argreduce_row_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t* a, int ainc,
+                       int64_t n, int64_t base) {
+  argreduce_row<int64_t>(op, vacc, iacc, a, ainc, n, base);
+}
+void argaccumulate_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc, int64_t n,
+                       int64_t index) {
+  argaccumulate<float>(op, vacc, iacc, a, ainc, n, index);
+}
+void argaccumulate_i32(ReduceOp op, int32_t* vacc, int64_t* iacc, const int32_t* a, int ainc,
+                       int64_t n, int64_t index) {
+  argaccumulate<int32_t>(op, vacc, iacc, a, ainc, n, index);
+}
+void argaccumulate_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t* a, int ainc,
+                       int64_t n, int64_t index) {
+  argaccumulate<int64_t>(op, vacc, iacc, a, ainc, n, index);
+}
+
+void fma_f32(float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
+             int cinc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(FmaF32)(dst, a, ainc, b, binc, c, cinc, n);
+}
+
+const char* simd_target_name() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)());
+}
+
+}  // namespace dvm::vm::cpu
+#endif  // HWY_ONCE

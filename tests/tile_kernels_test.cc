@@ -1,0 +1,900 @@
+// The CPU tile kernels (src/vm/cpu/tile_kernels.h) against the scalar spec
+// (src/vm/scalar_ops.h): every function, every increment pattern, sizes around the vector
+// widths, special values, in-place aliasing. Transcendental bounds are in docs/numerics.md.
+#include "vm/cpu/tile_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "vm/scalar_ops.h"
+
+namespace dvm::vm::cpu {
+namespace {
+
+constexpr int64_t kSizes[] = {0, 1, 3, 7, 8, 15, 16, 17, 31, 64, 100, 1000, 4099};
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+const std::vector<float>& specials() {
+  static const std::vector<float> v = {
+      0.0f,    -0.0f,    kInf,   -kInf,   kNaN,    -kNaN,   FLT_MAX,     -FLT_MAX,
+      FLT_MIN, -FLT_MIN, 1e-45f, -1e-45f, 1e-30f,  -1e-30f, 1.0f,        -1.0f,
+      0.5f,    -0.5f,    1.5f,   -1.5f,   2.5f,    -2.5f,   -1.0000001f, -2.0f,
+      88.72f,  88.73f,   -87.5f, -103.9f, -104.5f, 120.0f,  39000.0f,    39001.0f,
+      -1e10f,  1e10f,    3e9f,   -3e9f,   1e20f,   -1e20f,  16777217.0f, 0.9999999f};
+  return v;
+}
+
+// Random values of mixed magnitudes with the special values sprinkled in.
+std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -10.0f, float hi = 10.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::uniform_int_distribution<int> pick(0, 7);
+  std::vector<float> v(static_cast<size_t>(n));
+  const auto& s = specials();
+  for (int64_t i = 0; i < n; ++i) {
+    const int p = pick(rng);
+    if (p == 0) {
+      v[i] = s[rng() % s.size()];
+    } else if (p == 1) {
+      v[i] = std::ldexp(u(rng), static_cast<int>(rng() % 60) - 30);
+    } else {
+      v[i] = u(rng);
+    }
+  }
+  return v;
+}
+
+std::string where(const char* what, int64_t n, int64_t i, int ainc = -1, int binc = -1) {
+  return std::string(what) + " n=" + std::to_string(n) + " i=" + std::to_string(i) +
+         " ainc=" + std::to_string(ainc) + " binc=" + std::to_string(binc);
+}
+
+bool same_float(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return f32_bits(a) == f32_bits(b);
+}
+
+// Distance in units in the last place (ordered bit patterns); NaN vs NaN is 0.
+double ulp_diff(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return (std::isnan(a) && std::isnan(b)) ? 0.0 : 1e30;
+  const auto ord = [](float x) {
+    const int64_t u = f32_bits(x);
+    return (u & 0x80000000) ? -(u & 0x7FFFFFFF) : u;
+  };
+  return std::fabs(static_cast<double>(ord(a) - ord(b)));
+}
+
+// ------------------------------------------------------------------------------------------
+// Unary f32
+
+constexpr UnaryOp kExactUnary[] = {
+    UnaryOp::kNeg,   UnaryOp::kAbs,  UnaryOp::kSqrt,  UnaryOp::kRelu,  UnaryOp::kReciprocal,
+    UnaryOp::kFloor, UnaryOp::kCeil, UnaryOp::kRound, UnaryOp::kTrunc, UnaryOp::kSign};
+
+TEST(TileKernels, UnaryF32ExactOps) {
+  for (UnaryOp op : kExactUnary) {
+    for (int64_t n : kSizes) {
+      const std::vector<float> a = random_floats(n + 1, 17 + static_cast<uint32_t>(n));
+      for (int ainc : {0, 1}) {
+        std::vector<float> dst(n + 1, 1234.5f);
+        unary_f32(op, dst.data(), a.data(), ainc, n);
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = vm::unary_f32(op, a[ainc ? i : 0]);
+          ASSERT_TRUE(same_float(dst[i], want))
+              << unary_op_name(op) << " " << where("", n, i, ainc) << " x=" << a[ainc ? i : 0]
+              << " got " << dst[i] << " want " << want;
+        }
+        EXPECT_EQ(dst[n], 1234.5f) << "wrote past the row";
+      }
+      // In place.
+      std::vector<float> io = a;
+      unary_f32(op, io.data(), io.data(), 1, n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(io[i], vm::unary_f32(op, a[i])));
+    }
+  }
+}
+
+struct TransBound {
+  UnaryOp op;
+  double max_ulp;  // asserted where |spec| >= kUlpFloor
+  double max_abs;  // where |spec| < kUlpFloor: the ulp bound or else this absolute bound
+};
+constexpr double kUlpFloor = 1e-6;
+// Bounds asserted by the sweep below (the measured values are in docs/numerics.md).
+constexpr TransBound kTransBounds[] = {
+    {UnaryOp::kExp, 2, 1e-45},      {UnaryOp::kLog, 2, 1e-45},       {UnaryOp::kLog1p, 3, 1e-45},
+    {UnaryOp::kExpm1, 4, 1e-45},    {UnaryOp::kRsqrt, 1, 1e-45},     {UnaryOp::kTanh, 4, 1e-45},
+    {UnaryOp::kSigmoid, 3, 1e-44},  {UnaryOp::kSilu, 4, 1e-43},      {UnaryOp::kErf, 3, 1e-44},
+    {UnaryOp::kGeluErf, 40, 4e-12}, {UnaryOp::kGeluTanh, 40, 4e-12}, {UnaryOp::kSin, 3, 1e-45},
+    {UnaryOp::kCos, 3, 1e-45},
+};
+
+// Error of the SIMD result against the double-computed spec over every 257th float bit
+// pattern (all signs and magnitudes, NaN and inf included) plus the special values.
+TEST(TileKernels, UnaryF32TranscendentalSweep) {
+  constexpr uint64_t kStride = 257;
+  std::vector<float> x;
+  x.reserve((1ull << 32) / kStride + 64);
+  for (uint64_t u = 0; u < (1ull << 32); u += kStride) {
+    x.push_back(bits_f32(static_cast<uint32_t>(u)));
+  }
+  for (float s : specials()) x.push_back(s);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(x.size());
+  for (const TransBound& b : kTransBounds) {
+    unary_f32(b.op, y.data(), x.data(), 1, n);
+    double max_ulp = 0, max_abs = 0;
+    float worst_x = 0, worst_abs_x = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = vm::unary_f32(b.op, x[i]);
+      if (std::isnan(want) || std::isinf(want) || std::isnan(y[i]) || std::isinf(y[i])) {
+        ASSERT_TRUE(same_float(y[i], want) || (std::isnan(want) && std::isnan(y[i])))
+            << unary_op_name(b.op) << " x=" << x[i] << " got " << y[i] << " want " << want;
+        continue;
+      }
+      if (std::fabs(want) < kUlpFloor) {
+        // Tails: within the ulp bound, or else within the absolute bound.
+        if (ulp_diff(y[i], want) <= b.max_ulp) continue;
+        const double e = std::fabs(static_cast<double>(y[i]) - want);
+        if (e > max_abs) {
+          max_abs = e;
+          worst_abs_x = x[i];
+        }
+        continue;
+      }
+      const double e = ulp_diff(y[i], want);
+      if (e > max_ulp) {
+        max_ulp = e;
+        worst_x = x[i];
+      }
+    }
+    std::printf("  | %-10s | %3.0f ulp (x=%-12g) | %-9.3g (x=%-12g) |\n", unary_op_name(b.op),
+                max_ulp, static_cast<double>(worst_x), max_abs, static_cast<double>(worst_abs_x));
+    EXPECT_LE(max_ulp, b.max_ulp) << unary_op_name(b.op) << " worst x=" << worst_x;
+    EXPECT_LE(max_abs, b.max_abs) << unary_op_name(b.op) << " worst x=" << worst_abs_x;
+  }
+}
+
+TEST(TileKernels, UnaryF32TranscendentalRows) {
+  // Broadcast, tails and in place give the same per-element values as the full-vector path.
+  for (const TransBound& b : kTransBounds) {
+    for (int64_t n : kSizes) {
+      const std::vector<float> a = random_floats(n + 1, 99 + static_cast<uint32_t>(n));
+      std::vector<float> full(n), bcast(n), io = a;
+      unary_f32(b.op, full.data(), a.data(), 1, n);
+      unary_f32(b.op, bcast.data(), a.data(), 0, n);
+      unary_f32(b.op, io.data(), io.data(), 1, n);
+      for (int64_t i = 0; i < n; ++i) {
+        float one;
+        unary_f32(b.op, &one, a.data() + i, 1, 1);
+        ASSERT_TRUE(same_float(full[i], one)) << unary_op_name(b.op) << where("", n, i);
+        ASSERT_TRUE(same_float(io[i], one)) << unary_op_name(b.op) << where("inplace", n, i);
+        ASSERT_TRUE(same_float(bcast[i], full[0])) << unary_op_name(b.op) << where("bc", n, i);
+      }
+    }
+  }
+}
+
+TEST(TileKernels, PredicatesF32) {
+  for (UnaryOp op : {UnaryOp::kIsFinite, UnaryOp::kIsNan, UnaryOp::kLogicalNot}) {
+    for (int64_t n : kSizes) {
+      const std::vector<float> a = random_floats(n + 1, 5 + static_cast<uint32_t>(n));
+      for (int ainc : {0, 1}) {
+        std::vector<int32_t> dst(n + 1, 77);
+        predicate_f32(op, dst.data(), a.data(), ainc, n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(dst[i], vm::predicate_f32(op, a[ainc ? i : 0]))
+              << unary_op_name(op) << where("", n, i, ainc);
+        }
+        EXPECT_EQ(dst[n], 77);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Binary f32
+
+constexpr BinaryOp kArith[] = {BinaryOp::kAdd,     BinaryOp::kSub,      BinaryOp::kMul,
+                               BinaryOp::kDiv,     BinaryOp::kPow,      BinaryOp::kMaximum,
+                               BinaryOp::kMinimum, BinaryOp::kFloorDiv, BinaryOp::kRemainder};
+constexpr BinaryOp kCompare[] = {BinaryOp::kEq,         BinaryOp::kNe,       BinaryOp::kLt,
+                                 BinaryOp::kLe,         BinaryOp::kGt,       BinaryOp::kGe,
+                                 BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr};
+
+TEST(TileKernels, BinaryF32Exact) {
+  for (BinaryOp op : kArith) {
+    for (int64_t n : kSizes) {
+      std::vector<float> a = random_floats(n + 1, 1 + static_cast<uint32_t>(n));
+      std::vector<float> b = random_floats(n + 1, 1000 + static_cast<uint32_t>(n));
+      for (int ainc : {0, 1}) {
+        for (int binc : {0, 1}) {
+          std::vector<float> dst(n + 1, 4321.0f);
+          binary_f32(op, dst.data(), a.data(), ainc, b.data(), binc, n);
+          for (int64_t i = 0; i < n; ++i) {
+            const float x = a[ainc ? i : 0], y = b[binc ? i : 0];
+            const float want = vm::binary_f32(op, x, y);
+            ASSERT_TRUE(same_float(dst[i], want))
+                << binary_op_name(op) << where("", n, i, ainc, binc) << " a=" << x << " b=" << y
+                << " got " << dst[i] << " want " << want;
+          }
+          EXPECT_EQ(dst[n], 4321.0f);
+        }
+      }
+      // In place on either operand.
+      std::vector<float> io = a;
+      binary_f32(op, io.data(), io.data(), 1, b.data(), 1, n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_float(io[i], vm::binary_f32(op, a[i], b[i])));
+      io = b;
+      binary_f32(op, io.data(), a.data(), 1, io.data(), 1, n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_float(io[i], vm::binary_f32(op, a[i], b[i])));
+    }
+  }
+}
+
+TEST(TileKernels, PowSquareFastPathIsExact) {
+  const std::vector<float> a = random_floats(4099, 3);
+  const float two = 2.0f;
+  std::vector<float> dst(a.size());
+  binary_f32(BinaryOp::kPow, dst.data(), a.data(), 1, &two, 0, 4099);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(same_float(dst[i], vm::binary_f32(BinaryOp::kPow, a[i], 2.0f))) << a[i];
+  }
+}
+
+TEST(TileKernels, MaxMinPropagateNaN) {
+  const float a[] = {kNaN, 1.0f, kNaN, -kInf, 3.0f, 2.0f, 0.0f, -0.0f, 5, 5, 5, 5, 5, 5, 5, 5, 5};
+  const float b[] = {1.0f, kNaN, kNaN, kNaN, 2.0f, 3.0f, -0.0f, 0.0f, 5, 5, 5, 5, 5, 5, 5, 5, 5};
+  float mx[17], mn[17];
+  binary_f32(BinaryOp::kMaximum, mx, a, 1, b, 1, 17);
+  binary_f32(BinaryOp::kMinimum, mn, a, 1, b, 1, 17);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(mx[i]) && std::isnan(mn[i])) << i;
+  EXPECT_EQ(mx[4], 3.0f);
+  EXPECT_EQ(mx[5], 3.0f);
+  EXPECT_EQ(mn[4], 2.0f);
+}
+
+TEST(TileKernels, FloorDivRemainderF32Semantics) {
+  EXPECT_EQ(vm::binary_f32(BinaryOp::kFloorDiv, -7.0f, 2.0f), -4.0f);
+  EXPECT_EQ(vm::binary_f32(BinaryOp::kFloorDiv, 7.0f, -2.0f), -4.0f);
+  EXPECT_EQ(vm::binary_f32(BinaryOp::kRemainder, -7.0f, 2.0f), 1.0f);
+  EXPECT_EQ(vm::binary_f32(BinaryOp::kRemainder, 7.0f, -2.0f), -1.0f);
+  EXPECT_EQ(vm::binary_f32(BinaryOp::kFloorDiv, 1.0f, 0.0f), kInf);
+  EXPECT_TRUE(std::isnan(vm::binary_f32(BinaryOp::kRemainder, 1.0f, 0.0f)));
+}
+
+TEST(TileKernels, CompareF32) {
+  for (BinaryOp op : kCompare) {
+    for (int64_t n : kSizes) {
+      std::vector<float> a = random_floats(n + 1, 11 + static_cast<uint32_t>(n));
+      std::vector<float> b = random_floats(n + 1, 12 + static_cast<uint32_t>(n));
+      for (int64_t i = 0; i < n; i += 3) b[i] = a[i];  // equal pairs
+      for (int ainc : {0, 1}) {
+        for (int binc : {0, 1}) {
+          std::vector<int32_t> dst(n + 1, 9);
+          compare_f32(op, dst.data(), a.data(), ainc, b.data(), binc, n);
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(dst[i], vm::compare_f32(op, a[ainc ? i : 0], b[binc ? i : 0]))
+                << binary_op_name(op) << where("", n, i, ainc, binc);
+          }
+          EXPECT_EQ(dst[n], 9);
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Integers
+
+template <typename T>
+std::vector<T> random_ints(int64_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  const T edge[] = {0,
+                    1,
+                    -1,
+                    2,
+                    -2,
+                    7,
+                    -7,
+                    std::numeric_limits<T>::min(),
+                    std::numeric_limits<T>::max(),
+                    static_cast<T>(std::numeric_limits<T>::min() + 1)};
+  std::vector<T> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = rng();
+    switch (r % 4) {
+      case 0:
+        v[i] = edge[(r >> 8) % 10];
+        break;
+      case 1:
+        v[i] = static_cast<T>(static_cast<int64_t>((r >> 8) % 41) - 20);
+        break;
+      default:
+        v[i] = static_cast<T>(r >> 3);
+        break;
+    }
+  }
+  return v;
+}
+
+template <typename T, typename KU, typename SU>
+void check_unary_int(KU kernel, SU spec) {
+  for (UnaryOp op : {UnaryOp::kNeg, UnaryOp::kAbs, UnaryOp::kRelu, UnaryOp::kSign, UnaryOp::kFloor,
+                     UnaryOp::kCeil, UnaryOp::kRound, UnaryOp::kTrunc}) {
+    for (int64_t n : kSizes) {
+      const std::vector<T> a = random_ints<T>(n + 1, 7 + static_cast<uint32_t>(n));
+      for (int ainc : {0, 1}) {
+        std::vector<T> dst(n + 1, 55);
+        kernel(op, dst.data(), a.data(), ainc, n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(dst[i], spec(op, a[ainc ? i : 0]))
+              << unary_op_name(op) << where("", n, i, ainc);
+        }
+        EXPECT_EQ(dst[n], 55);
+      }
+      std::vector<T> io = a;
+      kernel(op, io.data(), io.data(), 1, n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(io[i], spec(op, a[i]));
+    }
+  }
+}
+
+TEST(TileKernels, UnaryInt) {
+  check_unary_int<int32_t>(unary_i32, vm::unary_i32);
+  check_unary_int<int64_t>(unary_i64, vm::unary_i64);
+  EXPECT_EQ(vm::unary_i32(UnaryOp::kNeg, INT_MIN), INT_MIN);
+  EXPECT_EQ(vm::unary_i32(UnaryOp::kAbs, INT_MIN), INT_MIN);
+  EXPECT_EQ(vm::unary_i64(UnaryOp::kSign, -5), -1);
+}
+
+TEST(TileKernels, PredicatesInt) {
+  for (UnaryOp op : {UnaryOp::kIsFinite, UnaryOp::kIsNan, UnaryOp::kLogicalNot}) {
+    for (int64_t n : kSizes) {
+      const auto a32 = random_ints<int32_t>(n + 1, 3);
+      const auto a64 = random_ints<int64_t>(n + 1, 4);
+      for (int ainc : {0, 1}) {
+        std::vector<int32_t> d32(n), d64(n);
+        predicate_i32(op, d32.data(), a32.data(), ainc, n);
+        predicate_i64(op, d64.data(), a64.data(), ainc, n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(d32[i], vm::predicate_i32(op, a32[ainc ? i : 0]));
+          ASSERT_EQ(d64[i], vm::predicate_i64(op, a64[ainc ? i : 0]));
+        }
+      }
+    }
+  }
+}
+
+template <typename T, typename KB, typename SB, typename KC, typename SC>
+void check_binary_int(KB kernel, SB spec, KC kcmp, SC scmp) {
+  for (int64_t n : kSizes) {
+    const std::vector<T> a = random_ints<T>(n + 1, 21 + static_cast<uint32_t>(n));
+    std::vector<T> b = random_ints<T>(n + 1, 22 + static_cast<uint32_t>(n));
+    for (int64_t i = 0; i < n; i += 5) b[i] = a[i];
+    for (int ainc : {0, 1}) {
+      for (int binc : {0, 1}) {
+        for (BinaryOp op : kArith) {
+          std::vector<T> dst(n + 1, 66);
+          kernel(op, dst.data(), a.data(), ainc, b.data(), binc, n);
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(dst[i], spec(op, a[ainc ? i : 0], b[binc ? i : 0]))
+                << binary_op_name(op) << where("", n, i, ainc, binc);
+          }
+          EXPECT_EQ(dst[n], 66);
+        }
+        for (BinaryOp op : kCompare) {
+          std::vector<int32_t> dst(n + 1, 66);
+          kcmp(op, dst.data(), a.data(), ainc, b.data(), binc, n);
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(dst[i], scmp(op, a[ainc ? i : 0], b[binc ? i : 0]))
+                << binary_op_name(op) << where("", n, i, ainc, binc);
+          }
+        }
+      }
+    }
+    for (BinaryOp op : kArith) {
+      std::vector<T> io = a;
+      kernel(op, io.data(), io.data(), 1, b.data(), 1, n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(io[i], spec(op, a[i], b[i]));
+    }
+  }
+}
+
+TEST(TileKernels, BinaryInt) {
+  check_binary_int<int32_t>(binary_i32, vm::binary_i32, compare_i32, vm::compare_i32);
+  check_binary_int<int64_t>(binary_i64, vm::binary_i64, compare_i64, vm::compare_i64);
+}
+
+TEST(TileKernels, IntegerSemantics) {
+  using vm::binary_i32;
+  EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, -7, 2), -4);
+  EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, 7, -2), -4);
+  EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, -8, 2), -4);
+  EXPECT_EQ(binary_i32(BinaryOp::kRemainder, -7, 2), 1);
+  EXPECT_EQ(binary_i32(BinaryOp::kRemainder, 7, -2), -1);
+  EXPECT_EQ(binary_i32(BinaryOp::kRemainder, -8, 2), 0);
+  EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, 5, 0), 0);
+  EXPECT_EQ(binary_i32(BinaryOp::kRemainder, 5, 0), 0);
+  EXPECT_EQ(binary_i32(BinaryOp::kDiv, 5, 0), 0);
+  EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, INT_MIN, -1), INT_MIN);
+  EXPECT_EQ(binary_i32(BinaryOp::kRemainder, INT_MIN, -1), 0);
+  EXPECT_EQ(binary_i32(BinaryOp::kAdd, INT_MAX, 1), INT_MIN);
+  EXPECT_EQ(binary_i32(BinaryOp::kMul, 65536, 65536), 0);
+  EXPECT_EQ(binary_i32(BinaryOp::kPow, 2, 10), 1024);
+  EXPECT_EQ(binary_i32(BinaryOp::kPow, 3, 0), 1);
+  EXPECT_EQ(binary_i32(BinaryOp::kPow, 2, -1), 0);
+  EXPECT_EQ(binary_i32(BinaryOp::kPow, 1, -5), 1);
+  EXPECT_EQ(binary_i32(BinaryOp::kPow, -1, -3), -1);
+  EXPECT_EQ(binary_i32(BinaryOp::kPow, -1, -4), 1);
+  EXPECT_EQ(binary_i32(BinaryOp::kPow, 2, 31), INT_MIN);
+  EXPECT_EQ(vm::binary_i64(BinaryOp::kPow, -3, 3), -27);
+  EXPECT_EQ(vm::compare_i32(BinaryOp::kLogicalAnd, 2, -1), 1);
+  EXPECT_EQ(vm::compare_i32(BinaryOp::kLogicalOr, 0, 0), 0);
+  EXPECT_EQ(vm::compare_f32(BinaryOp::kLogicalAnd, kNaN, 1.0f), 1);
+}
+
+// ------------------------------------------------------------------------------------------
+// Select, fma
+
+TEST(TileKernels, Select) {
+  for (int64_t n : kSizes) {
+    const auto c = random_ints<int32_t>(n + 1, 31);
+    const auto a4 = random_ints<int32_t>(n + 1, 32);
+    const auto b4 = random_ints<int32_t>(n + 1, 33);
+    const auto a8 = random_ints<int64_t>(n + 1, 34);
+    const auto b8 = random_ints<int64_t>(n + 1, 35);
+    for (int cinc : {0, 1}) {
+      for (int ainc : {0, 1}) {
+        for (int binc : {0, 1}) {
+          std::vector<int32_t> d4(n + 1, 3);
+          std::vector<int64_t> d8(n + 1, 3);
+          select(4, d4.data(), c.data(), cinc, a4.data(), ainc, b4.data(), binc, n);
+          select(8, d8.data(), c.data(), cinc, a8.data(), ainc, b8.data(), binc, n);
+          for (int64_t i = 0; i < n; ++i) {
+            const bool t = c[cinc ? i : 0] != 0;
+            ASSERT_EQ(d4[i], t ? a4[ainc ? i : 0] : b4[binc ? i : 0])
+                << where("4", n, i, ainc, binc);
+            ASSERT_EQ(d8[i], t ? a8[ainc ? i : 0] : b8[binc ? i : 0])
+                << where("8", n, i, ainc, binc);
+          }
+          EXPECT_EQ(d4[n], 3);
+          EXPECT_EQ(d8[n], 3);
+        }
+      }
+    }
+    // In place (dst aliases a) with float payloads incl. NaN bit patterns.
+    std::vector<float> fa = random_floats(n, 36), fb = random_floats(n, 37), io = fa;
+    select(4, io.data(), c.data(), 1, io.data(), 1, fb.data(), 1, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(io[i], c[i] ? fa[i] : fb[i]));
+  }
+}
+
+TEST(TileKernels, Fma) {
+  for (int64_t n : kSizes) {
+    const auto a = random_floats(n + 1, 41), b = random_floats(n + 1, 42),
+               c = random_floats(n + 1, 43);
+    for (int mask = 0; mask < 8; ++mask) {
+      const int ai = mask & 1, bi = (mask >> 1) & 1, ci = (mask >> 2) & 1;
+      std::vector<float> d(n + 1, 8.0f);
+      fma_f32(d.data(), a.data(), ai, b.data(), bi, c.data(), ci, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = std::fma(a[ai ? i : 0], b[bi ? i : 0], c[ci ? i : 0]);
+        ASSERT_TRUE(same_float(d[i], want)) << where("fma", n, i, ai, bi);
+      }
+      EXPECT_EQ(d[n], 8.0f);
+    }
+    std::vector<float> io = c;
+    fma_f32(io.data(), a.data(), 1, b.data(), 1, io.data(), 1, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(io[i], std::fma(a[i], b[i], c[i])));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Conversions
+
+TEST(TileKernels, Convert) {
+  for (int64_t n : kSizes) {
+    std::vector<float> f = random_floats(n + 1, 51, -5e9f, 5e9f);
+    for (int64_t i = 0; i < n; i += 4) f[i] = std::ldexp(f[i], 40);  // beyond i64 too
+    const auto i32 = random_ints<int32_t>(n + 1, 52);
+    const auto i64 = random_ints<int64_t>(n + 1, 53);
+    for (int sinc : {0, 1}) {
+      std::vector<float> of(n);
+      std::vector<int32_t> oi(n);
+      std::vector<int64_t> ol(n);
+      convert(CType::kI32, oi.data(), CType::kF32, f.data(), sinc, n);
+      convert(CType::kI64, ol.data(), CType::kF32, f.data(), sinc, n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(oi[i], f32_to_i32(f[sinc ? i : 0]));
+        ASSERT_EQ(ol[i], f32_to_i64(f[sinc ? i : 0]));
+      }
+      convert(CType::kF32, of.data(), CType::kI32, i32.data(), sinc, n);
+      convert(CType::kI64, ol.data(), CType::kI32, i32.data(), sinc, n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(of[i], static_cast<float>(i32[sinc ? i : 0]));
+        ASSERT_EQ(ol[i], i32[sinc ? i : 0]);
+      }
+      convert(CType::kF32, of.data(), CType::kI64, i64.data(), sinc, n);
+      convert(CType::kI32, oi.data(), CType::kI64, i64.data(), sinc, n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(of[i], static_cast<float>(i64[sinc ? i : 0]));
+        ASSERT_EQ(oi[i], i64_to_i32(i64[sinc ? i : 0]));
+      }
+      convert(CType::kF32, of.data(), CType::kF32, f.data(), sinc, n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(of[i], f[sinc ? i : 0]));
+    }
+  }
+  EXPECT_EQ(f32_to_i32(kNaN), 0);
+  EXPECT_EQ(f32_to_i32(3e9f), INT_MAX);
+  EXPECT_EQ(f32_to_i32(-3e9f), INT_MIN);
+  EXPECT_EQ(f32_to_i32(-kInf), INT_MIN);
+  EXPECT_EQ(f32_to_i32(-2.9f), -2);
+  EXPECT_EQ(f32_to_i32(2147483520.0f), 2147483520);
+  EXPECT_EQ(f32_to_i64(1e30f), INT64_MAX);
+  EXPECT_EQ(f32_to_i64(-9.3e18f), INT64_MIN);
+  EXPECT_EQ(i64_to_i32((int64_t{1} << 32) + 5), 5);
+  EXPECT_EQ(i64_to_i32(int64_t{0xFFFFFFFF}), -1);
+}
+
+TEST(TileKernels, F16AndBf16) {
+  // Every f16 / bf16 value round-trips through f32.
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = f16_bits_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(f16_bits_to_f32(f32_to_f16_bits(f)))) << h;
+    } else {
+      ASSERT_EQ(f32_to_f16_bits(f), h) << h;
+    }
+    const float g = bf16_bits_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(g)) {
+      ASSERT_TRUE(std::isnan(round_bf16(g)));
+    } else {
+      ASSERT_EQ(f32_to_bf16_bits(g), h) << h;
+    }
+  }
+  // Ties to even, subnormals, overflow.
+  EXPECT_EQ(round_f16(1.0f + std::ldexp(1.0f, -11)), 1.0f);
+  EXPECT_EQ(round_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 1.0f + std::ldexp(1.0f, -9));
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 ulp tie -> even
+  EXPECT_EQ(f32_to_f16_bits(-std::ldexp(1.0f, -14)), 0x8400);
+  EXPECT_EQ(round_f16(65504.0f), 65504.0f);
+  EXPECT_EQ(round_f16(65519.0f), 65504.0f);
+  EXPECT_EQ(round_f16(65520.0f), kInf);
+  EXPECT_EQ(round_f16(-1e6f), -kInf);
+  EXPECT_EQ(round_f16(1e-10f), 0.0f);
+  EXPECT_TRUE(std::signbit(round_f16(-1e-10f)));
+  EXPECT_TRUE(std::isnan(round_f16(kNaN)));
+  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(round_bf16(FLT_MAX), kInf);
+  EXPECT_EQ(round_bf16(1e-45f), 0.0f);  // below half the smallest bf16 subnormal
+  EXPECT_EQ(round_bf16(1e-40f), bf16_bits_to_f32(0x0001));
+  EXPECT_TRUE(std::isnan(round_bf16(kNaN)));
+  // A dense sweep of f32 against the definition: the result is one of the two neighbours and
+  // the nearer one (ties: even mantissa).
+  for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+    const float x = bits_f32(static_cast<uint32_t>(u));
+    if (std::isnan(x) || std::fabs(x) > 65504.0f) continue;
+    const float r = round_f16(x);
+    const double e = std::fabs(static_cast<double>(r) - x);
+    const uint16_t h = f32_to_f16_bits(x);
+    const float other = f16_bits_to_f32(static_cast<uint16_t>(h ^ 1));
+    ASSERT_LE(e, std::fabs(static_cast<double>(other) - x)) << x;
+  }
+  // Row kernels.
+  for (int64_t n : kSizes) {
+    const auto a = random_floats(n + 1, 61, -7e4f, 7e4f);
+    for (int ainc : {0, 1}) {
+      std::vector<float> d16(n), db(n);
+      round_to_f16(d16.data(), a.data(), ainc, n);
+      round_to_bf16(db.data(), a.data(), ainc, n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(same_float(d16[i], round_f16(a[ainc ? i : 0])));
+        ASSERT_TRUE(same_float(db[i], round_bf16(a[ainc ? i : 0])));
+      }
+    }
+  }
+}
+
+// Store every dtype through a strided scatter, load it back through a strided gather.
+TEST(TileKernels, LoadStoreConvert) {
+  for (int64_t n : kSizes) {
+    const auto f = random_floats(n + 1, 71, -1e5f, 1e5f);
+    const auto i32 = random_ints<int32_t>(n + 1, 72);
+    const auto i64 = random_ints<int64_t>(n + 1, 73);
+    for (int64_t stride : {1, 3}) {
+      for (int sinc : {0, 1}) {
+        for (DType t :
+             {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kBool}) {
+          const int sz = dtype_size(t);
+          std::vector<uint8_t> mem(static_cast<size_t>((n + 1) * stride * sz + 8), 0xAB);
+          const void* src = compute_type(t) == CType::kF32   ? static_cast<const void*>(f.data())
+                            : compute_type(t) == CType::kI32 ? static_cast<const void*>(i32.data())
+                                                             : static_cast<const void*>(i64.data());
+          store_convert(t, mem.data(), stride, src, sinc, n);
+          std::vector<int64_t> back(static_cast<size_t>(n) + 1);
+          load_convert(back.data(), t, mem.data(), stride, n);
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t j = sinc ? i : 0;
+            const std::string w = std::string(dtype_name(t)) + where("", n, i, sinc);
+            switch (t) {
+              case DType::kF32:
+                ASSERT_TRUE(same_float(reinterpret_cast<float*>(back.data())[i], f[j])) << w;
+                break;
+              case DType::kF16:
+                ASSERT_TRUE(same_float(reinterpret_cast<float*>(back.data())[i], round_f16(f[j])))
+                    << w;
+                break;
+              case DType::kBF16:
+                ASSERT_TRUE(same_float(reinterpret_cast<float*>(back.data())[i], round_bf16(f[j])))
+                    << w;
+                break;
+              case DType::kI32:
+                ASSERT_EQ(reinterpret_cast<int32_t*>(back.data())[i], i32[j]) << w;
+                break;
+              case DType::kBool:
+                ASSERT_EQ(mem[static_cast<size_t>(i * stride)], i32[j] != 0 ? 1 : 0) << w;
+                ASSERT_EQ(reinterpret_cast<int32_t*>(back.data())[i], i32[j] != 0 ? 1 : 0) << w;
+                break;
+              case DType::kI64:
+                ASSERT_EQ(back[i], i64[j]) << w;
+                break;
+            }
+            // Gaps between strided elements are untouched.
+            if (stride > 1) {
+              ASSERT_EQ(mem[static_cast<size_t>((i * stride + 1) * sz)], 0xAB) << w;
+            }
+          }
+          ASSERT_EQ(mem[static_cast<size_t>(n * stride * sz)], 0xAB) << "wrote past the row";
+        }
+      }
+    }
+  }
+  // Bool bytes other than 0/1 load as 1; a broadcast load (stride 0) repeats element 0.
+  const uint8_t bytes[] = {2, 0, 255};
+  int32_t out[3];
+  load_convert(out, DType::kBool, bytes, 1, 3);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 0);
+  EXPECT_EQ(out[2], 1);
+  const uint16_t h = f32_to_f16_bits(1.5f);
+  float fo[5];
+  load_convert(fo, DType::kF16, &h, 0, 5);
+  for (float v : fo) EXPECT_EQ(v, 1.5f);
+}
+
+// ------------------------------------------------------------------------------------------
+// Reductions
+
+TEST(TileKernels, ReduceRowF32) {
+  for (int64_t n : kSizes) {
+    const auto a = random_floats(n + 1, 81, -1.0f, 1.0f);
+    std::vector<float> clean(a.size());
+    std::mt19937 rng(82);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f), near1(0.95f, 1.05f);
+    for (auto& v : clean) v = u(rng);
+    std::vector<float> prodin(a.size());
+    for (auto& v : prodin) v = near1(rng);
+    for (int ainc : {0, 1}) {
+      // Sum: relative to a double-accumulated sum.
+      float acc = 0.25f;
+      reduce_row_f32(ReduceOp::kSum, &acc, clean.data(), ainc, n);
+      double want = 0.25, mag = 0.25;
+      for (int64_t i = 0; i < n; ++i) {
+        want += clean[ainc ? i : 0];
+        mag += std::fabs(clean[ainc ? i : 0]);
+      }
+      EXPECT_LE(std::fabs(acc - want), 1e-5 * mag) << where("sum", n, 0, ainc);
+      // Deterministic.
+      float acc2 = 0.25f;
+      reduce_row_f32(ReduceOp::kSum, &acc2, clean.data(), ainc, n);
+      EXPECT_TRUE(same_float(acc, acc2));
+      // Prod.
+      float p = 1.0f;
+      reduce_row_f32(ReduceOp::kProd, &p, prodin.data(), ainc, n);
+      double wp = 1.0;
+      for (int64_t i = 0; i < n; ++i) wp *= prodin[ainc ? i : 0];
+      if (std::fabs(wp) < 1e30 && std::fabs(wp) > 1e-30) {
+        EXPECT_LE(std::fabs(p - wp), 2e-6 * static_cast<double>(n + 1) * std::fabs(wp))
+            << where("prod", n, 0, ainc);
+      } else {
+        EXPECT_TRUE(std::isinf(p) || p == 0.0f || std::fabs(p - wp) <= 1e-6 * std::fabs(wp));
+      }
+      // Max / Min with NaN and specials: same as the sequential scalar fold.
+      for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+        const std::vector<float>* srcs[] = {&a, &clean};
+        for (const std::vector<float>* src : srcs) {
+          float m = reduce_identity<float>(op);
+          reduce_row_f32(op, &m, src->data(), ainc, n);
+          float wm = reduce_identity<float>(op);
+          for (int64_t i = 0; i < n; ++i) wm = reduce_combine_f32(op, wm, (*src)[ainc ? i : 0]);
+          EXPECT_TRUE(std::isnan(m) ? std::isnan(wm) : m == wm)
+              << reduce_op_name(op) << where("", n, 0, ainc) << " got " << m << " want " << wm;
+        }
+      }
+      // Sum with a NaN or inf in the row.
+      if (n > 0) {
+        std::vector<float> s = clean;
+        s[static_cast<size_t>(n - 1)] = kNaN;
+        float sn = 0.0f;
+        reduce_row_f32(ReduceOp::kSum, &sn, s.data(), 1, n);
+        EXPECT_TRUE(std::isnan(sn));
+        s[static_cast<size_t>(n - 1)] = kInf;
+        float si = 0.0f;
+        reduce_row_f32(ReduceOp::kSum, &si, s.data(), 1, n);
+        EXPECT_EQ(si, kInf);
+      }
+    }
+  }
+}
+
+template <typename T, typename KR, typename KA>
+void check_reduce_int(KR reduce_row, KA accumulate) {
+  for (int64_t n : kSizes) {
+    const auto a = random_ints<T>(n + 1, 91);
+    for (int ainc : {0, 1}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin}) {
+        T acc = 3;
+        reduce_row(op, &acc, a.data(), ainc, n);
+        T want = 3;
+        for (int64_t i = 0; i < n; ++i) want = reduce_combine_int<T>(op, want, a[ainc ? i : 0]);
+        ASSERT_EQ(acc, want) << reduce_op_name(op) << where("", n, 0, ainc);
+        std::vector<T> v = random_ints<T>(n, 92), w = v;
+        accumulate(op, v.data(), a.data(), ainc, n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(v[i], reduce_combine_int<T>(op, w[i], a[ainc ? i : 0]));
+        }
+      }
+    }
+  }
+}
+
+TEST(TileKernels, ReduceInt) {
+  check_reduce_int<int32_t>(reduce_row_i32, accumulate_i32);
+  check_reduce_int<int64_t>(reduce_row_i64, accumulate_i64);
+}
+
+TEST(TileKernels, AccumulateF32) {
+  for (int64_t n : kSizes) {
+    const auto a = random_floats(n + 1, 101);
+    for (int ainc : {0, 1}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin}) {
+        std::vector<float> acc = random_floats(n + 1, 102), orig = acc;
+        accumulate_f32(op, acc.data(), a.data(), ainc, n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(same_float(acc[i], reduce_combine_f32(op, orig[i], a[ainc ? i : 0])))
+              << reduce_op_name(op) << where("", n, i, ainc);
+        }
+        ASSERT_TRUE(same_float(acc[n], orig[n]));
+      }
+    }
+  }
+}
+
+TEST(TileKernels, FillIdentity) {
+  float f[5];
+  int32_t i[5];
+  int64_t l[5];
+  fill_identity(ReduceOp::kMax, CType::kF32, f, 5);
+  fill_identity(ReduceOp::kMin, CType::kI32, i, 5);
+  fill_identity(ReduceOp::kArgMax, CType::kI64, l, 5);
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(f[k], -kInf);
+    EXPECT_EQ(i[k], INT_MAX);
+    EXPECT_EQ(l[k], INT64_MIN);
+  }
+  fill_identity(ReduceOp::kSum, CType::kF32, f, 5);
+  fill_identity(ReduceOp::kProd, CType::kI32, i, 5);
+  fill_identity(ReduceOp::kArgMin, CType::kF32, f + 4, 1);
+  EXPECT_EQ(f[0], 0.0f);
+  EXPECT_EQ(i[0], 1);
+  EXPECT_EQ(f[4], kInf);
+}
+
+// Reference arg reduction over a whole row: first extreme wins, first NaN wins.
+template <typename T>
+int64_t ref_arg(ReduceOp op, const std::vector<T>& a) {
+  int64_t best = 0;
+  for (size_t i = 1; i < a.size(); ++i) {
+    const T v = a[i], b = a[static_cast<size_t>(best)];
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(b)) continue;
+      if (std::isnan(v)) {
+        best = static_cast<int64_t>(i);
+        continue;
+      }
+    }
+    if (op == ReduceOp::kArgMax ? v > b : v < b) best = static_cast<int64_t>(i);
+  }
+  return best;
+}
+
+template <typename T, typename KR, typename KA>
+void check_arg(std::vector<T> (*gen)(int64_t, uint32_t), KR argreduce_row, KA argaccumulate) {
+  for (int64_t n : kSizes) {
+    if (n == 0) continue;
+    for (ReduceOp op : {ReduceOp::kArgMax, ReduceOp::kArgMin}) {
+      std::vector<T> a = gen(n, 111 + static_cast<uint32_t>(n));
+      // Row split into chunks of 7 (as tiles), accumulator starts at the identity.
+      T v = reduce_identity<T>(op);
+      int64_t idx = 0;
+      for (int64_t s = 0; s < n; s += 7) {
+        argreduce_row(op, &v, &idx, a.data() + s, 1, std::min<int64_t>(7, n - s), s);
+      }
+      const int64_t want = ref_arg<T>(op, a);
+      ASSERT_EQ(idx, want) << reduce_op_name(op) << " n=" << n;
+      // Column-wise: rows of width 5, visited in increasing index order.
+      const int64_t w = 5, rows = n / w;
+      if (rows == 0) continue;
+      std::vector<T> va(w, reduce_identity<T>(op));
+      std::vector<int64_t> ia(w, 0);
+      for (int64_t r = 0; r < rows; ++r)
+        argaccumulate(op, va.data(), ia.data(), a.data() + r * w, 1, w, r);
+      for (int64_t c = 0; c < w; ++c) {
+        std::vector<T> col;
+        for (int64_t r = 0; r < rows; ++r) col.push_back(a[r * w + c]);
+        ASSERT_EQ(ia[c], ref_arg<T>(op, col)) << reduce_op_name(op) << " n=" << n << " c=" << c;
+      }
+    }
+  }
+}
+
+std::vector<float> arg_floats(int64_t n, uint32_t seed) {
+  std::vector<float> v = random_floats(n, seed);
+  for (auto& x : v) x = std::round(x);  // many ties
+  return v;
+}
+std::vector<float> arg_floats_no_nan(int64_t n, uint32_t seed) {
+  std::vector<float> v = arg_floats(n, seed);
+  for (auto& x : v) {
+    if (std::isnan(x)) x = 1.0f;
+  }
+  return v;
+}
+std::vector<int32_t> arg_i32(int64_t n, uint32_t seed) {
+  auto v = random_ints<int32_t>(n, seed);
+  for (auto& x : v) x %= 5;
+  return v;
+}
+std::vector<int64_t> arg_i64(int64_t n, uint32_t seed) {
+  return random_ints<int64_t>(n, seed);
+}
+
+TEST(TileKernels, ArgReduce) {
+  check_arg<float>(arg_floats, argreduce_row_f32, argaccumulate_f32);
+  check_arg<float>(arg_floats_no_nan, argreduce_row_f32, argaccumulate_f32);
+  check_arg<int32_t>(arg_i32, argreduce_row_i32, argaccumulate_i32);
+  check_arg<int64_t>(arg_i64, argreduce_row_i64, argaccumulate_i64);
+  // All values equal to the identity: index of the first element.
+  const float ninf[3] = {-kInf, -kInf, -kInf};
+  float v = -kInf;
+  int64_t i = 0;
+  argreduce_row_f32(ReduceOp::kArgMax, &v, &i, ninf, 1, 3, 0);
+  EXPECT_EQ(i, 0);
+}
+
+TEST(TileKernels, TargetName) {
+  const char* name = simd_target_name();
+  ASSERT_NE(name, nullptr);
+  EXPECT_GT(std::strlen(name), 0u);
+  std::printf("  SIMD target: %s\n", name);
+}
+
+}  // namespace
+}  // namespace dvm::vm::cpu
