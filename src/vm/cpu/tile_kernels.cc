@@ -71,6 +71,28 @@ HWY_INLINE void Map1(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* 
   }
 }
 
+// The full-vector part of Map2 with the operand increments known at compile time, two
+// vectors per iteration so loads of the next pair overlap the math of this one. Returns the
+// number of elements done.
+template <bool kA, bool kB, class DO, class DA, class VA, class F>
+HWY_INLINE int64_t Map2Main(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* a,
+                            const hn::TFromD<DA>* b, VA ba, VA bb, int64_t n, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const VA a0 = kA ? hn::LoadU(da, a + i) : ba;
+    const VA a1 = kA ? hn::LoadU(da, a + i + N) : ba;
+    const VA b0 = kB ? hn::LoadU(da, b + i) : bb;
+    const VA b1 = kB ? hn::LoadU(da, b + i + N) : bb;
+    hn::StoreU(f(a0, b0), dout, dst + i);
+    hn::StoreU(f(a1, b1), dout, dst + i + N);
+  }
+  for (; i + N <= n; i += N) {
+    hn::StoreU(f(kA ? hn::LoadU(da, a + i) : ba, kB ? hn::LoadU(da, b + i) : bb), dout, dst + i);
+  }
+  return i;
+}
+
 template <class DO, class DA, class F>
 HWY_INLINE void Map2(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* a, int ainc,
                      const hn::TFromD<DA>* b, int binc, int64_t n, F f) {
@@ -89,11 +111,13 @@ HWY_INLINE void Map2(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* 
     for (int64_t i = 0; i < n; ++i) dst[i] = v;
     return;
   }
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto va = ainc ? hn::LoadU(da, a + i) : ba;
-    const auto vb = binc ? hn::LoadU(da, b + i) : bb;
-    hn::StoreU(f(va, vb), dout, dst + i);
+  int64_t i;
+  if (ainc && binc) {
+    i = Map2Main<true, true>(dout, da, dst, a, b, ba, bb, n, f);
+  } else if (ainc) {
+    i = Map2Main<true, false>(dout, da, dst, a, b, ba, bb, n, f);
+  } else {
+    i = Map2Main<false, true>(dout, da, dst, a, b, ba, bb, n, f);
   }
   if (i < n) {
     const int64_t m = n - i;
@@ -123,6 +147,14 @@ HWY_INLINE void Map3(D d, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
   const auto bb = hn::Set(d, b[0]);
   const auto bc = hn::Set(d, c[0]);
   int64_t i = 0;
+  if (ainc && binc && cinc) {
+    for (; i + 2 * N <= n; i += 2 * N) {
+      const auto r0 = f(hn::LoadU(d, a + i), hn::LoadU(d, b + i), hn::LoadU(d, c + i));
+      const auto r1 = f(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), hn::LoadU(d, c + i + N));
+      hn::StoreU(r0, d, dst + i);
+      hn::StoreU(r1, d, dst + i + N);
+    }
+  }
   for (; i + N <= n; i += N) {
     const auto va = ainc ? hn::LoadU(d, a + i) : ba;
     const auto vb = binc ? hn::LoadU(d, b + i) : bb;
