@@ -137,3 +137,58 @@ TEST(Runtime, ErrorsLeaveOutputsUntouched) {
 
 }  // namespace
 }  // namespace dvm::testing
+
+namespace dvm::testing {
+namespace {
+
+TEST(Runtime, ReductionsSplitAcrossBlocks) {
+  std::mt19937 rng(7);
+  struct Case {
+    std::vector<int64_t> shape;
+    std::vector<int> axes;
+    ReduceOp op;
+  };
+  for (const Case& c : std::vector<Case>{{{1 << 20}, {0}, ReduceOp::kSum},
+                                         {{4, 300000}, {1}, ReduceOp::kMean},
+                                         {{300000, 3}, {0}, ReduceOp::kMax},
+                                         {{700, 3, 500}, {0, 2}, ReduceOp::kMin},
+                                         {{1 << 18}, {0}, ReduceOp::kProd}}) {
+    KernelBuilder kb("split");
+    std::vector<Dim> dims(c.shape.begin(), c.shape.end());
+    Value x = kb.load("x", DType::kF32, dims);
+    if (c.op == ReduceOp::kProd)
+      x = kb.binary(BinaryOp::kAdd, kb.binary(BinaryOp::kMul, x, 1e-4), 1.0);
+    kb.store("y", kb.unary(UnaryOp::kAbs, kb.reduce(c.op, x, c.axes)));
+    Kernel k = kb.build().value();
+    Buffer in = make_buffer(DType::kF32, c.shape, rng);
+    // A long f32 product accumulates rounding (the reference multiplies in double).
+    double rel = c.op == ReduceOp::kProd ? 5e-3 : 1e-4;
+    expect_matches_reference(k, {in}, Tolerance{1e-3, rel});
+    auto ck = CompiledKernel::create(k).value();
+    auto shapes = ck->infer_output_shapes({&in.arg, 1}).value();
+    Buffer out = make_buffer(DType::kF32, shapes[0], rng);
+    RunStats st;
+    ASSERT_TRUE(ck->run({&in.arg, 1}, {&out.arg, 1}, {}, &st).is_ok());
+    EXPECT_EQ(st.programs, 2) << "partial + combine";
+  }
+}
+
+TEST(Runtime, SoftmaxOverFewLongRowsIsDeterministic) {
+  Kernel k = softmax_kernel();
+  std::mt19937 rng(8);
+  Buffer x = make_buffer(DType::kF32, {3, 100003}, rng);
+  expect_matches_reference(k, {x}, Tolerance{1e-7, 1e-4});
+  std::vector<std::vector<char>> results;
+  for (int threads : {1, 2}) {
+    CompileOptions opt;
+    opt.num_threads = threads;
+    auto ck = CompiledKernel::create(k, opt).value();
+    Buffer y = make_buffer(DType::kF32, {3, 100003}, rng);
+    ASSERT_TRUE(ck->run({&x.arg, 1}, {&y.arg, 1}).is_ok());
+    results.push_back(y.bytes);
+  }
+  EXPECT_EQ(results[0], results[1]);
+}
+
+}  // namespace
+}  // namespace dvm::testing

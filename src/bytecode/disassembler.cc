@@ -117,8 +117,9 @@ std::string axis_line(size_t i, const Axis& a) {
   const char* tile = a.tile == AxisTile::kRow   ? " row-tile"
                      : a.tile == AxisTile::kCol ? " col-tile"
                                                 : "";
-  return fmt("  a%zu: extent %" PRId64 " chunk %" PRId64 " %s%s\n", i, a.extent, a.chunk, iter,
-             tile);
+  std::string split = a.split_by >= 0 ? fmt(" split by a%d", a.split_by) : std::string();
+  return fmt("  a%zu: extent %" PRId64 " chunk %" PRId64 " %s%s%s\n", i, a.extent, a.chunk, iter,
+             tile, split.c_str());
 }
 
 std::string desc_line(const Program& p, size_t i, const Descriptor& d) {

@@ -165,6 +165,9 @@ struct Axis {
   int64_t chunk = 1;  // elements per step (1 unless a tile axis)
   AxisIter iter = AxisIter::kGrid;
   AxisTile tile = AxisTile::kNone;
+  // Loop axes only: the index g of grid axis `split_by` (extent G) selects the contiguous
+  // share of trips [g*T/G, (g+1)*T/G) this block walks (reductions split across blocks).
+  int8_t split_by = -1;
   int64_t trips() const { return extent == 0 ? 0 : (extent + chunk - 1) / chunk; }
 };
 

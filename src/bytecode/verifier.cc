@@ -206,6 +206,14 @@ Status Verifier::check_axes() {
       return header_error(name + "second " + (a.tile == AxisTile::kRow ? "row" : "col") +
                           "-tile axis");
     if (a.tile != AxisTile::kNone) role = static_cast<int>(i);
+    if (a.split_by >= 0) {
+      bool ok = a.iter == AxisIter::kLoop && static_cast<size_t>(a.split_by) < p_.axes.size() &&
+                p_.axes[a.split_by].iter == AxisIter::kGrid &&
+                p_.axes[a.split_by].tile == AxisTile::kNone && p_.axes[a.split_by].extent >= 1;
+      if (!ok) return header_error(name + "split by a non-grid or tile axis");
+    } else if (a.split_by != -1) {
+      return header_error(name + "bad split axis");
+    }
   }
   return Status::ok();
 }

@@ -25,6 +25,10 @@ constexpr int64_t kMaxReduceChunk = 16384;  // a reduced row up to this fits one
 // Live tile registers should stay in L1 (32 KiB on the machines we measured) next to the
 // input and output lines streaming through it.
 constexpr int64_t kRegBudgetBytes = 20 * 1024;
+// Reductions with fewer outputs than kSplitParts over at least kSplitMinElems inputs are
+// split across kSplitParts blocks and combined by a second program.
+constexpr int64_t kSplitParts = 16;
+constexpr int64_t kSplitMinElems = int64_t{1} << 17;
 
 // ---- affine maps and views -------------------------------------------------------------
 
@@ -139,7 +143,8 @@ struct Sink {
 struct DomAxis {
   int64_t extent = 1;
   bool reduced = false;
-  bool no_fold = false;  // reduced by an arg-reduction: its index must stay logical
+  bool no_fold = false;    // reduced by an arg-reduction: its index must stay logical
+  bool grid_only = false;  // splits a reduction across blocks: never a tile axis
 };
 
 struct Stage {
@@ -150,6 +155,10 @@ struct Stage {
   std::vector<Sink> sinks;
   uint32_t reduce_set = 0;
   bool has_reduce = false;
+  // Computes per-block partial reductions (split across blocks along `split_axis`); a later
+  // stage combines them.
+  bool partial = false;
+  int split_axis = -1;
 };
 
 struct Workspace {
@@ -170,6 +179,8 @@ class Encoder {
   Status add_sink(int node, const View& dst, bool joinable);
   Status visit(int stage, int node, const NodeMap& map, int* inst);
   Status visit_reduce(int stage, int node, const NodeMap& map, int* inst);
+  bool should_split(int stage, int node) const;
+  Status visit_split_reduce(int stage, int node, const NodeMap& map, int* inst);
   Status visit_reshape(int stage, int node, const NodeMap& map, int* inst);
   Status load_inst(int stage, int node, const View& v, const NodeMap& map, int* inst);
   Status materialize(int node, View* ws);
@@ -407,7 +418,85 @@ Status Encoder::visit_reshape(int stage, int node, const NodeMap& map, int* inst
   return load_inst(stage, node, r, map, inst);
 }
 
+// A reduction with too few outputs to give every thread a block, over enough elements to be
+// worth it, is split: blocks reduce contiguous shares into a workspace of partials, and a
+// later stage combines them in a fixed order (deterministic for any thread count).
+// The decision and the number of parts depend only on shapes, never on the thread count, so
+// results are bitwise identical however many threads run them.
+bool Encoder::should_split(int stage, int node) const {
+  const Node& n = def_.nodes[node];
+  if (stages_[stage].partial) return false;
+  if (n.reduce_op() == ReduceOp::kArgMax || n.reduce_op() == ReduceOp::kArgMin) return false;
+  int64_t in = shape_of(b_, n.inputs[0]).numel(), out = shape_of(b_, node).numel();
+  return out > 0 && in >= kSplitMinElems && out < kSplitParts;
+}
+
+Status Encoder::visit_split_reduce(int stage, int node, const NodeMap& map, int* inst) {
+  if (stages_[stage].has_reduce) {  // the combine needs its own reduction axis
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(node, &ws));
+    return load_inst(stage, node, ws, map, inst);
+  }
+  const Node& n = def_.nodes[node];
+  const CShape& out = shape_of(b_, node);
+  const int64_t parts = kSplitParts;
+  stages_.emplace_back();
+  int ps = static_cast<int>(stages_.size()) - 1;
+  stages_[ps].partial = true;
+  int gaxis = new_axis(ps, parts);
+  stages_[ps].split_axis = gaxis;
+  stages_[ps].axes[gaxis].grid_only = stages_[ps].axes[gaxis].no_fold = true;
+  NodeMap pm;
+  pm.rank = out.rank;
+  for (int i = 0; i < out.rank; ++i) {
+    int a = new_axis(ps, out.d[i]);
+    pm.e[i] = out.d[i] == 1 ? MapEntry{a, 0, 0} : MapEntry{a, 0, 1};
+  }
+  int pinst;
+  DVM_RETURN_IF_ERROR(visit(ps, node, pm, &pinst));
+  CShape ws_shape;
+  ws_shape.rank = out.rank + 1;
+  ws_shape.d[0] = parts;
+  for (int i = 0; i < out.rank; ++i) ws_shape.d[i + 1] = out.d[i];
+  int slot = static_cast<int>(inputs_.size() + outputs_.size() + workspaces_.size());
+  View wv = contiguous_view(slot, ctype_dtype(compute_type(n.dtype)), ws_shape);
+  workspaces_.push_back(Workspace{slot, wv});
+  Sink sink;
+  sink.inst = pinst;
+  sink.slot = slot;
+  sink.dtype = wv.dtype;
+  sink.dom_stride[gaxis] = wv.stride[0];
+  for (int i = 0; i < out.rank; ++i)
+    if (out.d[i] != 1) sink.dom_stride[pm.e[i].axis] = wv.stride[i + 1];
+  stages_[ps].insts[pinst].uses++;
+  stages_[ps].sinks.push_back(sink);
+  order_.push_back(ps);
+  // Combine: reduce the partials over a new axis of this stage.
+  int raxis = new_axis(stage, parts);
+  if (raxis < 0) return unimplemented(def_.name + ": too many iteration axes");
+  Stage& st = stages_[stage];
+  st.axes[raxis].reduced = true;
+  st.has_reduce = true;
+  st.reduce_set = 1u << raxis;
+  NodeMap lm;
+  lm.rank = out.rank + 1;
+  lm.e[0] = MapEntry{raxis, 0, 1};
+  for (int i = 0; i < out.rank; ++i) lm.e[i + 1] = map.e[i];
+  int load;
+  DVM_RETURN_IF_ERROR(load_inst(stage, node, wv, lm, &load));
+  Inst r;
+  r.node = node;
+  r.map = map;
+  r.kind = InstKind::kReduce;
+  r.inputs = {load};
+  r.reduced = 1u << raxis;
+  r.vary = stages_[stage].insts[load].vary & ~r.reduced;
+  *inst = add_inst(stage, std::move(r));
+  return Status::ok();
+}
+
 Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst) {
+  if (should_split(stage, node)) return visit_split_reduce(stage, node, map, inst);
   const Node& n = def_.nodes[node];
   const CShape& in = shape_of(b_, n.inputs[0]);
   Stage& st = stages_[stage];
@@ -432,7 +521,8 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
     im.e[i] = in.d[i] == 1 ? MapEntry{axis, 0, 0} : MapEntry{axis, 0, 1};
   }
   Stage& s2 = stages_[stage];
-  if (s2.has_reduce && s2.reduce_set != reduced) {
+  // A partial stage splits its loops between blocks, so it can hold only one reduction level.
+  if (s2.has_reduce && (s2.reduce_set != reduced || s2.partial)) {
     // A second reduction over other axes cannot share the accumulators: split the stage.
     View ws;
     DVM_RETURN_IF_ERROR(materialize(node, &ws));
@@ -528,6 +618,7 @@ struct FinalAxis {
   int64_t extent = 1;
   bool reduced = false;
   bool no_fold = false;
+  bool grid_only = false;
   uint32_t orig = 0;  // original domain axes merged into this one
 };
 
@@ -590,6 +681,7 @@ void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Lay
     FinalAxis f;
     f.reduced = st.axes[g[0]].reduced;
     f.no_fold = st.axes[g[0]].no_fold;
+    f.grid_only = st.axes[g[0]].grid_only;
     for (int a : g) {
       f.extent *= st.axes[a].extent;
       f.orig |= 1u << a;
@@ -614,14 +706,22 @@ int64_t grid_size(const Layout& L, const std::vector<int64_t>& chunk) {
 }
 
 // Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
-void choose_tiling(Layout* L, int threads) {
-  if (L->axes.empty()) L->axes.push_back(FinalAxis{});  // a scalar stage: one 1x1 tile
+void choose_tiling(Layout* L, int threads, bool partial) {
+  std::vector<int> cand;
+  for (size_t a = 0; a < L->axes.size(); ++a)
+    if (!L->axes[a].grid_only) cand.push_back(static_cast<int>(a));
+  if (cand.empty()) {  // a scalar stage: one 1x1 tile
+    L->axes.push_back(FinalAxis{});
+    cand.push_back(static_cast<int>(L->axes.size()) - 1);
+  }
   int n = static_cast<int>(L->axes.size());
-  L->col = n - 1;
-  L->row = n >= 2 ? n - 2 : -1;
+  L->col = cand.back();
+  L->row = cand.size() >= 2 ? cand[cand.size() - 2] : -1;
   std::vector<int64_t> chunk(n, 1);
   const FinalAxis& c = L->axes[L->col];
-  chunk[L->col] = c.reduced ? (c.extent <= kMaxReduceChunk ? c.extent : kTileElems)
+  // A partial (split) reduction must loop so that its trips can be shared between blocks.
+  int64_t single_pass_limit = partial ? 0 : kMaxReduceChunk;
+  chunk[L->col] = c.reduced ? (c.extent <= single_pass_limit ? c.extent : kTileElems)
                             : std::min(c.extent, kTileElems);
   chunk[L->col] = std::max<int64_t>(1, chunk[L->col]);
   if (L->row >= 0) {
@@ -656,6 +756,16 @@ void choose_tiling(Layout* L, int threads) {
                             : bc::AxisTile::kNone;
     ax.iter = L->axes[a].reduced && L->loop_mode ? bc::AxisIter::kLoop : bc::AxisIter::kGrid;
     L->bc_axes.push_back(ax);
+  }
+  if (!partial) return;
+  int split = -1;
+  for (int a = 0; a < n; ++a)
+    if (L->axes[a].grid_only) split = a;
+  for (int a = 0; a < n && split >= 0; ++a) {
+    if (L->bc_axes[a].iter == bc::AxisIter::kLoop) {  // the outermost loop is shared out
+      L->bc_axes[a].split_by = static_cast<int8_t>(split);
+      break;
+    }
   }
 }
 
@@ -911,7 +1021,7 @@ Operand Emitter::emit_reduce_end(int i) {
   Operand r = operand_[i];
   if (op == ReduceOp::kArgMax || op == ReduceOp::kArgMin) {
     r = Operand::reg(acc_idx_[i], cls);
-  } else if (op == ReduceOp::kMean) {
+  } else if (op == ReduceOp::kMean && !st_.partial) {
     int64_t count = 1;
     const CShape& s = b_.shapes[def_.nodes[in.node].inputs[0]];
     for (int64_t a : def_.nodes[in.node].attr) count *= s.d[a];
@@ -1266,7 +1376,7 @@ Status Encoder::emit_stage(int stage, EncodedKernel* out) {
   }
   Layout L;
   fold_axes(st, sets, ref, &L);
-  choose_tiling(&L, opt_.num_threads);
+  choose_tiling(&L, opt_.num_threads, st.partial);
   int num_slots = static_cast<int>(inputs_.size() + outputs_.size() + workspaces_.size());
   Emitter em(def_, b_, st, L, num_slots);
   DVM_RETURN_IF_ERROR(em.emit());

@@ -37,6 +37,7 @@ struct Frame {
   int32_t loop_pc;
   int32_t axis;
   int64_t trip;
+  int64_t end;
 };
 
 class BlockRunner {
@@ -48,6 +49,16 @@ class BlockRunner {
 
  private:
   void set_axis(int axis, int64_t trip);
+  void trip_range(int axis, int64_t* begin, int64_t* end) const {
+    const bc::Axis& ax = p_.axes[axis];
+    int64_t t = ax.trips();
+    *begin = 0;
+    *end = t;
+    if (ax.split_by < 0) return;
+    int64_t g = ivar_[ax.split_by], parts = p_.axes[ax.split_by].extent;
+    *begin = t * g / parts;
+    *end = t * (g + 1) / parts;
+  }
   Ref resolve(const Operand& o, CType t) const;
   void exec(const Instr& in);
   void exec_unary(const Instr& in);
@@ -389,17 +400,19 @@ void BlockRunner::run(int64_t block) {
     const Instr& in = lp_.instrs[pc];
     switch (in.op) {
       case bc::Opcode::kLoop: {
-        if (p_.axes[in.aux].trips() == 0) {
+        int64_t begin, end;
+        trip_range(in.aux, &begin, &end);
+        if (begin >= end) {
           pc = lp_.loop_end[pc];
           break;
         }
-        stack[depth++] = Frame{pc, in.aux, 0};
-        set_axis(in.aux, 0);
+        stack[depth++] = Frame{pc, in.aux, begin, end};
+        set_axis(in.aux, begin);
         break;
       }
       case bc::Opcode::kEndLoop: {
         Frame& f = stack[depth - 1];
-        if (++f.trip < p_.axes[f.axis].trips()) {
+        if (++f.trip < f.end) {
           set_axis(f.axis, f.trip);
           pc = f.loop_pc;
         } else {
