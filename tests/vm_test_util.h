@@ -16,11 +16,34 @@
 
 namespace dvm::testing {
 
-// A tensor buffer with a strided view over it.
+// A tensor buffer with a strided view over it. Copies and moves re-point the view at their
+// own bytes (initializer lists copy).
 struct Buffer {
   DType dtype = DType::kF32;
   std::vector<char> bytes;
   TensorArg arg;
+
+  Buffer() = default;
+  Buffer(const Buffer& o) : dtype(o.dtype), bytes(o.bytes), arg(o.arg) { rebind(o); }
+  Buffer(Buffer&& o) noexcept : dtype(o.dtype), bytes(std::move(o.bytes)), arg(std::move(o.arg)) {}
+  Buffer& operator=(const Buffer& o) {
+    dtype = o.dtype;
+    bytes = o.bytes;
+    arg = o.arg;
+    rebind(o);
+    return *this;
+  }
+  Buffer& operator=(Buffer&& o) noexcept {
+    dtype = o.dtype;
+    bytes = std::move(o.bytes);
+    arg = std::move(o.arg);
+    return *this;
+  }
+
+ private:
+  void rebind(const Buffer& o) {
+    if (o.arg.data == o.bytes.data()) arg.data = bytes.data();
+  }
 };
 
 inline Buffer make_buffer(DType t, std::vector<int64_t> shape, std::mt19937& rng,
