@@ -500,6 +500,7 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   const Node& n = def_.nodes[node];
   const CShape& in = shape_of(b_, n.inputs[0]);
   Stage& st = stages_[stage];
+  const size_t axes_before = st.axes.size();
   NodeMap im;
   im.rank = in.rank;
   uint32_t reduced = 0;
@@ -524,6 +525,9 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   // A partial stage splits its loops between blocks, so it can hold only one reduction level.
   if (s2.has_reduce && (s2.reduce_set != reduced || s2.partial)) {
     // A second reduction over other axes cannot share the accumulators: split the stage.
+    // Drop the reduced axes just added for it: nothing in this stage iterates them, and a
+    // leftover axis would make every block redo (and race on) the whole stage.
+    s2.axes.resize(axes_before);
     View ws;
     DVM_RETURN_IF_ERROR(materialize(node, &ws));
     return load_inst(stage, node, ws, map, inst);
