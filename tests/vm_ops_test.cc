@@ -1,0 +1,1306 @@
+// The VM checked against the scalar reference executor for every op x dtype x shape class:
+// unary, binary (broadcasting, scalar constants, run-time params), select, cast, data
+// movement (broadcast, reshape, permute, slice, concat), reductions and arg-reductions,
+// reduce-then-broadcast patterns, strided/offset input and output views, multi-output
+// kernels, the program cache, bad arguments and concurrent runs.
+//
+// Every comparison covers the whole output storage: VM and reference write into identically
+// pre-filled buffers, so an element written outside the output view is a mismatch too.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vm_test_util.h"
+
+// Designated initializers of CheckArgs / ShapeClass leave the defaulted members out.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace dvm::testing {
+namespace {
+
+constexpr DType kAllDTypes[] = {DType::kF32, DType::kF16, DType::kBF16,
+                                DType::kI32, DType::kI64, DType::kBool};
+
+struct UnaryOpInfo {
+  UnaryOp op;
+  const char* name;
+};
+const std::vector<UnaryOpInfo> kUnaryOps = {
+#define DVM_UNARY(Name, mnemonic, float_only) {UnaryOp::k##Name, #Name},
+#include "dvm/ops.def"
+};
+
+struct BinaryOpInfo {
+  BinaryOp op;
+  const char* name;
+};
+const std::vector<BinaryOpInfo> kBinaryOps = {
+#define DVM_BINARY(Name, mnemonic, kind) {BinaryOp::k##Name, #Name},
+#include "dvm/ops.def"
+};
+
+std::string dt(DType t) {
+  return std::string(dtype_name(t));
+}
+
+// ---- tolerances ------------------------------------------------------------------------
+
+enum class Tol {
+  kExact,  // integer results, comparisons, data movement, rounding ops
+  kArith,  // + - * / sqrt ...: ~1e-6 relative
+  kTrans,  // transcendentals: a few ulp
+  kReduce  // reductions: summation order differs
+};
+
+Tolerance tolerance(Tol c, DType out) {
+  if (c == Tol::kExact || !is_float(out)) return Tolerance{0, 0};
+  double abs = c == Tol::kReduce ? 2e-3 : c == Tol::kTrans ? 1e-6 : 0;
+  if (out == DType::kF16) return Tolerance{abs + 1e-5, 1e-3};
+  if (out == DType::kBF16) return Tolerance{abs + 1e-6, 1e-2};
+  double rel = c == Tol::kReduce ? 1e-4 : c == Tol::kTrans ? 2e-6 : 1e-6;
+  return Tolerance{abs, rel};
+}
+
+// ---- buffers ---------------------------------------------------------------------------
+
+void set_float(Buffer& b, int64_t i, double v) {
+  char* p = b.bytes.data() + i * dtype_size(b.dtype);
+  switch (b.dtype) {
+    case DType::kF32: {
+      float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
+    case DType::kF16: {
+      uint16_t h = vm::f32_to_f16_bits(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::kBF16: {
+      uint16_t h = vm::f32_to_bf16_bits(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void set_int(Buffer& b, int64_t i, int64_t v) {
+  char* p = b.bytes.data() + i * dtype_size(b.dtype);
+  if (b.dtype == DType::kI32) {
+    int32_t x = static_cast<int32_t>(v);
+    std::memcpy(p, &x, 4);
+  } else if (b.dtype == DType::kI64) {
+    std::memcpy(p, &v, 8);
+  }
+}
+
+// Replaces about a third of the elements by special values: NaN, infinities, signed zeros,
+// halves (round-half-even), values that overflow f16 or integer conversions, INT_MIN/MAX.
+void add_specials(Buffer& b, std::mt19937& rng) {
+  const double inf = std::numeric_limits<double>::infinity();
+  static const double fs[] = {std::numeric_limits<double>::quiet_NaN(),
+                              inf,
+                              -inf,
+                              0.0,
+                              -0.0,
+                              0.5,
+                              -0.5,
+                              1.5,
+                              2.5,
+                              -2.5,
+                              1e30,
+                              -1e30,
+                              1e-30,
+                              65504.0,
+                              70000.0,
+                              3e9,
+                              -3e9,
+                              1e-7,
+                              3.0};
+  static const int64_t is32[] = {0, 1, -1, 2, -2, INT32_MAX, INT32_MIN, 7, -7, 31, 32};
+  static const int64_t is64[] = {0,         1,         -1,        2,         -2,
+                                 INT64_MAX, INT64_MIN, INT32_MAX, INT32_MIN, 1LL << 40,
+                                 16777217,  -16777217, 63,        64};
+  int64_t n = b.arg.storage_elems;
+  std::uniform_int_distribution<int> pick(0, 2);
+  for (int64_t i = 0; i < n; ++i) {
+    if (pick(rng) != 0) continue;
+    if (is_float(b.dtype)) {
+      set_float(b, i, fs[std::uniform_int_distribution<size_t>(0, std::size(fs) - 1)(rng)]);
+    } else if (b.dtype == DType::kI32) {
+      set_int(b, i, is32[std::uniform_int_distribution<size_t>(0, std::size(is32) - 1)(rng)]);
+    } else if (b.dtype == DType::kI64) {
+      set_int(b, i, is64[std::uniform_int_distribution<size_t>(0, std::size(is64) - 1)(rng)]);
+    }
+  }
+}
+
+// Positive inputs (for ops whose domain is x > 0), in (0.01, 4).
+void make_positive(Buffer& b) {
+  int64_t n = b.arg.storage_elems;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = element(b, i);
+    if (is_float(b.dtype)) set_float(b, i, std::abs(v) * 2 + 0.01);
+    if (is_integer(b.dtype)) set_int(b, i, std::abs(static_cast<int64_t>(v)) + 1);
+  }
+}
+
+enum class Out { kContig, kTransposed, kStrided, kOffset };
+
+constexpr unsigned char kSentinel = 0x7B;
+
+// An output buffer with the given view layout, its whole storage filled with kSentinel bytes.
+Buffer make_out(DType t, const std::vector<int64_t>& shape, Out layout) {
+  Buffer b;
+  b.dtype = t;
+  int r = static_cast<int>(shape.size());
+  std::vector<int64_t> st(r);
+  int64_t off = 0, s = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  bool custom = false;
+  switch (layout) {
+    case Out::kContig:
+      break;
+    case Out::kTransposed:
+      if (r >= 2) {
+        custom = true;
+        s = 1;
+        st[r - 2] = s;
+        s *= std::max<int64_t>(shape[r - 2], 1);
+        st[r - 1] = s;
+        s *= std::max<int64_t>(shape[r - 1], 1);
+        for (int i = r - 3; i >= 0; --i) {
+          st[i] = s;
+          s *= std::max<int64_t>(shape[i], 1);
+        }
+      }
+      break;
+    case Out::kStrided:
+      custom = true;
+      off = 5;
+      if (r > 0) st[r - 1] = 2;
+      for (int i = r - 2; i >= 0; --i) st[i] = st[i + 1] * std::max<int64_t>(shape[i + 1], 1) + 3;
+      break;
+    case Out::kOffset:
+      off = 11;
+      break;
+  }
+  int64_t hi = off, n = 1;
+  for (int i = 0; i < r; ++i) {
+    n *= shape[i];
+    if (shape[i] > 0) hi += (shape[i] - 1) * st[i];
+  }
+  int64_t storage = (n == 0 ? off : hi + 1) + 7;
+  b.bytes.assign(static_cast<size_t>(storage * dtype_size(t)), static_cast<char>(kSentinel));
+  b.arg.data = b.bytes.data();
+  b.arg.dtype = t;
+  b.arg.shape = shape;
+  if (custom) b.arg.strides = st;
+  b.arg.offset = off;
+  b.arg.storage_elems = storage;
+  return b;
+}
+
+bool all_sentinel(const Buffer& b) {
+  return std::all_of(b.bytes.begin(), b.bytes.end(),
+                     [](char c) { return static_cast<unsigned char>(c) == kSentinel; });
+}
+
+std::vector<TensorArg> args_of(const std::vector<Buffer>& bs) {
+  std::vector<TensorArg> r;
+  for (const auto& b : bs) r.push_back(b.arg);
+  return r;
+}
+
+// Compares two identically laid out buffers over their whole storage.
+int compare_storage(const Buffer& vm, const Buffer& ref, Tolerance tol, const std::string& what,
+                    const std::string& context) {
+  EXPECT_EQ(vm.bytes.size(), ref.bytes.size());
+  if (vm.bytes.size() != ref.bytes.size()) return 1;
+  int64_t n = static_cast<int64_t>(vm.bytes.size()) / dtype_size(vm.dtype);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    double a = element(vm, i), r = element(ref, i);
+    bool same = (std::isnan(a) && std::isnan(r)) || a == r ||
+                std::abs(a - r) <= tol.abs + tol.rel * std::abs(r);
+    if (!same) {
+      ++bad;
+      ADD_FAILURE() << what << " storage element " << i << " (view offset " << vm.arg.offset
+                    << "): vm " << a << " vs reference " << r << (bad == 1 ? context : "");
+    }
+  }
+  return bad;
+}
+
+struct CheckArgs {
+  Tol tol = Tol::kExact;
+  std::vector<ScalarArg> params;
+  std::vector<Out> outs;               // layout per output (default contiguous)
+  const CompiledKernel* ck = nullptr;  // reuse a compiled kernel (default: create one)
+  RunStats* stats = nullptr;           // VM run statistics
+  std::string what;
+};
+
+// Runs `kernel` on the VM and on the reference with the same inputs and compares outputs.
+void check(const Kernel& kernel, const std::vector<Buffer>& inputs, const CheckArgs& a = {}) {
+  std::vector<TensorArg> in = args_of(inputs);
+  std::shared_ptr<CompiledKernel> owned;
+  const CompiledKernel* ck = a.ck;
+  if (!ck) {
+    auto c = CompiledKernel::create(kernel);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    owned = *c;
+    ck = owned.get();
+  }
+  auto shapes = ck->infer_output_shapes(in);
+  ASSERT_TRUE(shapes.is_ok()) << shapes.status().to_string() << "\n" << kernel.to_string();
+  std::vector<Buffer> vm_out, ref_out;
+  for (int k = 0; k < kernel.num_outputs(); ++k) {
+    DType t = dtype_of_output(kernel, k);
+    Out l = k < static_cast<int>(a.outs.size()) ? a.outs[k] : Out::kContig;
+    vm_out.push_back(make_out(t, (*shapes)[k], l));
+    ref_out.push_back(make_out(t, (*shapes)[k], l));
+  }
+  std::vector<TensorArg> vo = args_of(vm_out), ro = args_of(ref_out);
+  Status rs = run_reference(kernel, in, ro, a.params);
+  ASSERT_TRUE(rs.is_ok()) << rs.to_string() << "\n" << kernel.to_string();
+  Status vs = ck->run(in, vo, a.params, a.stats);
+  ASSERT_TRUE(vs.is_ok()) << a.what << ": " << vs.to_string() << "\n" << kernel.to_string();
+  for (int k = 0; k < kernel.num_outputs(); ++k) {
+    int bad = compare_storage(vm_out[k], ref_out[k], tolerance(a.tol, dtype_of_output(kernel, k)),
+                              a.what + " output " + std::to_string(k), "");
+    if (bad) {
+      auto dis = ck->disassemble(in, vo);
+      ADD_FAILURE() << kernel.to_string() << (dis.is_ok() ? dis->substr(0, 8000) : "");
+      break;
+    }
+  }
+}
+
+// Symbolic dims: one symbol per distinct extent (equal extents must agree), size-1 dims as
+// the constant 1 (they broadcast).
+struct Syms {
+  KernelBuilder& kb;
+  std::map<int64_t, Dim> by_size;
+  std::vector<Dim> dims(const std::vector<int64_t>& shape, bool constant = false) {
+    std::vector<Dim> r;
+    for (int64_t d : shape) {
+      if (d == 1 || constant) {
+        r.push_back(Dim(d));
+        continue;
+      }
+      auto it = by_size.find(d);
+      if (it == by_size.end())
+        it = by_size.emplace(d, kb.symbol(std::string(1, 'n').append(std::to_string(d)))).first;
+      r.push_back(it->second);
+    }
+    return r;
+  }
+};
+
+Kernel build_or_die(KernelBuilder& kb) {
+  auto k = kb.build();
+  EXPECT_TRUE(k.is_ok()) << k.status().to_string();
+  return k.is_ok() ? *k : Kernel();
+}
+
+#define BUILD(kb, k)           \
+  Kernel k = build_or_die(kb); \
+  if (::testing::Test::HasFailure()) return
+
+ScalarArg param_value(DType t) {
+  if (is_float(t)) return ScalarArg::of_float(0.75);
+  if (t == DType::kBool) return ScalarArg::of_int(1);
+  return ScalarArg::of_int(3);
+}
+
+// ---- unary -----------------------------------------------------------------------------
+
+struct ShapeClass {
+  const char* name;
+  std::vector<int64_t> a;
+  std::vector<int64_t> b;  // second operand (binary); empty with `scalar` for constants
+  bool transposed = false;
+  int64_t offset = 0;
+  bool specials = false;
+  bool constant_dims = false;
+  Out out = Out::kContig;
+  int scalar = 0;  // binary: 1 constant rhs, 2 constant lhs, 3 run-time param rhs
+};
+
+const std::vector<ShapeClass> kUnaryShapes = {
+    {"Empty", {0, 17}},
+    {"Ones", {1, 1}},
+    {"Rank0", {}},
+    {"Tail7x17", {7, 17}},
+    {"Prime1031", {1031}, {}, false, 0, false, /*constant_dims=*/true},
+    {"Transposed", {17, 33}, {}, /*transposed=*/true},
+    {"Offset", {5, 1031}, {}, false, /*offset=*/7},
+    {"Specials", {9, 31}, {}, false, 0, /*specials=*/true},
+    {"StridedOut", {13, 37}, {}, false, 0, false, false, Out::kStrided},
+    {"TransInOut", {13, 37}, {}, true, 3, false, false, Out::kTransposed},
+};
+
+struct UnaryCase {
+  UnaryOpInfo op;
+  DType dtype;
+  ShapeClass shape;
+};
+
+Tol unary_tol(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kNeg:
+    case UnaryOp::kAbs:
+    case UnaryOp::kRelu:
+    case UnaryOp::kFloor:
+    case UnaryOp::kCeil:
+    case UnaryOp::kRound:
+    case UnaryOp::kTrunc:
+    case UnaryOp::kSign:
+    case UnaryOp::kIsFinite:
+    case UnaryOp::kIsNan:
+    case UnaryOp::kLogicalNot:
+      return Tol::kExact;
+    case UnaryOp::kSqrt:
+    case UnaryOp::kReciprocal:
+      return Tol::kArith;
+    default:
+      return Tol::kTrans;
+  }
+}
+
+bool positive_domain(UnaryOp op) {
+  return op == UnaryOp::kLog || op == UnaryOp::kSqrt || op == UnaryOp::kRsqrt ||
+         op == UnaryOp::kLog1p;
+}
+
+void PrintTo(const UnaryCase& c, std::ostream* os) {
+  *os << c.op.name << " " << dt(c.dtype) << " " << c.shape.name;
+}
+
+class VmUnary : public ::testing::TestWithParam<UnaryCase> {};
+
+TEST_P(VmUnary, MatchesReference) {
+  const UnaryCase& c = GetParam();
+  KernelBuilder kb("unary");
+  Syms sy{kb, {}};
+  Value x = kb.load("x", c.dtype, sy.dims(c.shape.a, c.shape.constant_dims));
+  kb.store("y", kb.unary(c.op.op, x));
+  BUILD(kb, k);
+  std::mt19937 rng(11);
+  Buffer in = make_buffer(c.dtype, c.shape.a, rng, c.shape.transposed, c.shape.offset);
+  if (c.shape.specials) {
+    add_specials(in, rng);
+  } else if (positive_domain(c.op.op) && c.dtype != DType::kBool) {
+    make_positive(in);
+  }
+  check(k, {in}, {.tol = unary_tol(c.op.op), .outs = {c.shape.out}});
+  // Domain ops also run on random signs (NaN results compare equal).
+  if (positive_domain(c.op.op) && !c.shape.specials && !::testing::Test::HasFailure()) {
+    Buffer raw = make_buffer(c.dtype, c.shape.a, rng, c.shape.transposed, c.shape.offset);
+    check(k, {raw}, {.tol = unary_tol(c.op.op), .outs = {c.shape.out}, .what = "signed"});
+  }
+}
+
+std::vector<UnaryCase> unary_cases() {
+  std::vector<UnaryCase> r;
+  for (const auto& op : kUnaryOps)
+    for (DType t : kAllDTypes)
+      for (const auto& s : kUnaryShapes) r.push_back({op, t, s});
+  return r;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmUnary, ::testing::ValuesIn(unary_cases()),
+                         [](const ::testing::TestParamInfo<UnaryCase>& i) {
+                           return std::string(i.param.op.name) + "_" + dt(i.param.dtype) + "_" +
+                                  i.param.shape.name;
+                         });
+
+// ---- binary ----------------------------------------------------------------------------
+
+const std::vector<ShapeClass> kBinaryShapes = {
+    {"Same7x17", {7, 17}, {7, 17}},
+    {"RowBcast", {7, 17}, {17}},
+    {"OuterBcast", {7, 1}, {1, 17}},
+    {"RankMismatch", {3, 5, 17}, {5, 1}},
+    {"ConstRhs", {7, 17}, {}, false, 0, false, false, Out::kContig, 1},
+    {"ConstLhs", {7, 17}, {}, false, 0, false, false, Out::kContig, 2},
+    {"ParamRhs", {7, 17}, {}, false, 0, false, false, Out::kContig, 3},
+    {"Transposed", {17, 33}, {17, 33}, true, 5},
+    {"Empty", {0, 17}, {17}},
+    {"Prime1031", {1031}, {1031}, false, 0, false, true},
+    {"Specials", {9, 31}, {9, 31}, false, 0, true},
+    {"StridedOut", {13, 37}, {37}, false, 0, false, false, Out::kStrided},
+};
+
+struct BinaryCase {
+  BinaryOpInfo op;
+  DType dtype;
+  ShapeClass shape;
+};
+
+void PrintTo(const BinaryCase& c, std::ostream* os) {
+  *os << c.op.name << " " << dt(c.dtype) << " " << c.shape.name;
+}
+
+class VmBinary : public ::testing::TestWithParam<BinaryCase> {};
+
+TEST_P(VmBinary, MatchesReference) {
+  const BinaryCase& c = GetParam();
+  const ShapeClass& s = c.shape;
+  KernelBuilder kb("binary");
+  Syms sy{kb, {}};
+  Value a = kb.load("a", c.dtype, sy.dims(s.a, s.constant_dims));
+  Value y;
+  double rhs = is_float(c.dtype) ? 0.75 : c.dtype == DType::kBool ? 1 : 3;
+  double lhs = is_float(c.dtype) ? -1.25 : c.dtype == DType::kBool ? 1 : -7;
+  std::vector<ScalarArg> params;
+  switch (s.scalar) {
+    case 1:
+      y = kb.binary(c.op.op, a, rhs);
+      break;
+    case 2:
+      y = kb.binary(c.op.op, lhs, a);
+      break;
+    case 3:
+      y = kb.binary(c.op.op, a, kb.param("p", c.dtype));
+      params.push_back(param_value(c.dtype));
+      break;
+    default:
+      y = kb.binary(c.op.op, a, kb.load("b", c.dtype, sy.dims(s.b, s.constant_dims)));
+  }
+  kb.store("y", y);
+  BUILD(kb, k);
+  std::mt19937 rng(12);
+  std::vector<Buffer> in;
+  in.push_back(make_buffer(c.dtype, s.a, rng, s.transposed, s.offset));
+  if (s.scalar == 0) in.push_back(make_buffer(c.dtype, s.b, rng, false, s.offset));
+  if (s.specials)
+    for (auto& b : in) add_specials(b, rng);
+  Tol tol = c.op.op == BinaryOp::kPow ? Tol::kTrans : Tol::kArith;
+  check(k, in, {.tol = tol, .params = params, .outs = {s.out}});
+}
+
+std::vector<BinaryCase> binary_cases() {
+  std::vector<BinaryCase> r;
+  for (const auto& op : kBinaryOps)
+    for (DType t : kAllDTypes)
+      for (const auto& s : kBinaryShapes) r.push_back({op, t, s});
+  return r;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmBinary, ::testing::ValuesIn(binary_cases()),
+                         [](const ::testing::TestParamInfo<BinaryCase>& i) {
+                           return std::string(i.param.op.name) + "_" + dt(i.param.dtype) + "_" +
+                                  i.param.shape.name;
+                         });
+
+// A run-time param changes between runs of one compiled kernel without re-encoding.
+TEST(VmBinaryParam, ChangingParamHitsCache) {
+  KernelBuilder kb("param");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 33});
+  Value p = kb.param("p", DType::kF32);
+  Value q = kb.param("q", DType::kI32);
+  kb.store("y", kb.add(kb.mul(x, p), q));
+  BUILD(kb, k);
+  auto ck = CompiledKernel::create(k);
+  ASSERT_TRUE(ck.is_ok());
+  std::mt19937 rng(13);
+  Buffer in = make_buffer(DType::kF32, {9, 33}, rng);
+  for (int i = 0; i < 4; ++i) {
+    RunStats st;
+    check(k, {in},
+          {.tol = Tol::kArith,
+           .params = {ScalarArg::of_float(0.5 * i - 1), ScalarArg::of_int(i * 7 - 3)},
+           .ck = ck->get(),
+           .stats = &st,
+           .what = "run " + std::to_string(i)});
+    EXPECT_EQ(st.cache_hit, i > 0) << "run " << i;
+  }
+}
+
+// ---- select and cast -------------------------------------------------------------------
+
+class VmSelect : public ::testing::TestWithParam<DType> {};
+
+TEST_P(VmSelect, MatchesReference) {
+  DType t = GetParam();
+  std::mt19937 rng(14);
+  {
+    // Condition from a comparison, broadcast branches.
+    KernelBuilder kb("select_cmp");
+    Dim S = kb.symbol("S"), H = kb.symbol("H");
+    Value a = kb.load("a", t, {S, H});
+    Value b = kb.load("b", t, {H});
+    Value c = kb.binary(BinaryOp::kGt, a, b);
+    kb.store("y", kb.select(c, a, b));
+    BUILD(kb, k);
+    for (auto [s, h] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {1, 1}, {7, 17}, {3, 1031}})
+      check(k, {make_buffer(t, {s, h}, rng), make_buffer(t, {h}, rng)},
+            {.what = std::to_string(s) + "x" + std::to_string(h)});
+  }
+  {
+    // Bool input condition (strided), scalar branch, param branch, strided output.
+    KernelBuilder kb("select_bool");
+    Dim S = kb.symbol("S"), H = kb.symbol("H");
+    Value c = kb.load("c", DType::kBool, {S, H});
+    Value a = kb.load("a", t, {S, 1});
+    Value p = kb.param("p", t);
+    kb.store("y", kb.select(c, a, p));
+    kb.store("z", kb.select(c, kb.constant(2, t), a));
+    BUILD(kb, k);
+    check(
+        k,
+        {make_buffer(DType::kBool, {13, 37}, rng, true, 3), make_buffer(t, {13, 1}, rng, false, 2)},
+        {.params = {param_value(t)}, .outs = {Out::kStrided, Out::kTransposed}});
+  }
+  {
+    // Non-bool condition (cast to bool), mixed dtypes promoted.
+    KernelBuilder kb("select_mixed");
+    Dim S = kb.symbol("S");
+    Value c = kb.load("c", t, {S});
+    Value a = kb.load("a", DType::kI32, {S});
+    Value b = kb.load("b", t, {S});
+    kb.store("y", kb.select(c, a, b));
+    BUILD(kb, k);
+    Buffer cb = make_buffer(t, {1031}, rng);
+    add_specials(cb, rng);
+    check(k, {cb, make_buffer(DType::kI32, {1031}, rng), make_buffer(t, {1031}, rng)});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmSelect, ::testing::ValuesIn(kAllDTypes),
+                         [](const ::testing::TestParamInfo<DType>& i) { return dt(i.param); });
+
+struct CastCase {
+  DType from, to;
+  ShapeClass shape;
+};
+
+const std::vector<ShapeClass> kCastShapes = {
+    {"Empty", {0, 7}},
+    {"Specials", {9, 31}, {}, false, 0, true},
+    {"TransInOut", {17, 33}, {}, true, 3, true, false, Out::kTransposed},
+    {"StridedOut", {13, 37}, {}, false, 0, false, false, Out::kStrided},
+    {"Prime1031", {1031}, {}, false, 0, false, true},
+};
+
+void PrintTo(const CastCase& c, std::ostream* os) {
+  *os << dt(c.from) << "->" << dt(c.to) << " " << c.shape.name;
+}
+
+class VmCast : public ::testing::TestWithParam<CastCase> {};
+
+TEST_P(VmCast, MatchesReference) {
+  const CastCase& c = GetParam();
+  KernelBuilder kb("cast");
+  Syms sy{kb, {}};
+  Value x = kb.load("x", c.from, sy.dims(c.shape.a, c.shape.constant_dims));
+  kb.store("y", kb.cast(x, c.to));
+  // The cast of a computed value, and a store-time cast.
+  Value n = c.from == DType::kBool ? kb.unary(UnaryOp::kLogicalNot, x) : kb.unary(UnaryOp::kNeg, x);
+  kb.store("z", n, c.to);
+  BUILD(kb, k);
+  std::mt19937 rng(15);
+  Buffer in = make_buffer(c.from, c.shape.a, rng, c.shape.transposed, c.shape.offset);
+  if (c.shape.specials) add_specials(in, rng);
+  check(k, {in}, {.outs = {c.shape.out, c.shape.out}});
+}
+
+std::vector<CastCase> cast_cases() {
+  std::vector<CastCase> r;
+  for (DType a : kAllDTypes)
+    for (DType b : kAllDTypes)
+      for (const auto& s : kCastShapes) r.push_back({a, b, s});
+  return r;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmCast, ::testing::ValuesIn(cast_cases()),
+                         [](const ::testing::TestParamInfo<CastCase>& i) {
+                           return dt(i.param.from) + "_to_" + dt(i.param.to) + "_" +
+                                  i.param.shape.name;
+                         });
+
+// ---- data movement ---------------------------------------------------------------------
+
+// A computed value of the same dtype (forces the VM to compute, not just move).
+Value computed(KernelBuilder& kb, Value x) {
+  return kb.dtype(x) == DType::kBool ? kb.unary(UnaryOp::kLogicalNot, x)
+                                     : kb.unary(UnaryOp::kNeg, x);
+}
+
+class VmMove : public ::testing::TestWithParam<DType> {};
+
+TEST_P(VmMove, Broadcast) {
+  DType t = GetParam();
+  std::mt19937 rng(21);
+  KernelBuilder kb("broadcast");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value r = kb.load("r", t, {H});
+  Value c = kb.load("c", t, {S, 1});
+  kb.store("y0", kb.broadcast(r, {S, H}));
+  kb.store("y1", kb.broadcast(c, {S, H}));
+  kb.store("y2", kb.broadcast(computed(kb, r), {2, S, H}));
+  kb.store("y3", kb.broadcast(kb.constant(3, t), {S, 2}));
+  BUILD(kb, k);
+  for (auto [s, h] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {1, 1}, {7, 17}, {5, 1031}})
+    check(k, {make_buffer(t, {h}, rng, false, 2), make_buffer(t, {s, 1}, rng)},
+          {.outs = {Out::kStrided, Out::kTransposed, Out::kContig, Out::kOffset},
+           .what = std::to_string(s) + "x" + std::to_string(h)});
+}
+
+TEST_P(VmMove, Reshape) {
+  DType t = GetParam();
+  std::mt19937 rng(22);
+  KernelBuilder kb("reshape");
+  Value x = kb.load("x", t, {6, 35});
+  kb.store("flat", kb.reshape(x, {-1}));
+  kb.store("r3", kb.reshape(x, {7, -1, 3}));
+  kb.store("comp", kb.reshape(computed(kb, x), {5, -1}));
+  kb.store("perm", kb.reshape(kb.transpose(x, 0, 1), {-1, 6}));
+  kb.store("unsq", kb.reshape(x, {6, 1, 35, 1}));
+  kb.store("then_add",
+           kb.binary(BinaryOp::kMaximum, kb.reshape(x, {35, 6}), kb.reshape(x, {35, 6})));
+  BUILD(kb, k);
+  check(k, {make_buffer(t, {6, 35}, rng)}, {.what = "contiguous"});
+  check(k, {make_buffer(t, {6, 35}, rng, /*transposed=*/true, 4)}, {.what = "transposed view"});
+}
+
+TEST_P(VmMove, ReshapeSymbolic) {
+  DType t = GetParam();
+  std::mt19937 rng(23);
+  KernelBuilder kb("reshape_sym");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", t, {S, 4, 6});
+  kb.store("a", kb.reshape(x, {S, -1}));
+  kb.store("b", kb.reshape(computed(kb, x), {-1, 8}));
+  kb.store("c", kb.sum(kb.reshape(x, {S, 24}), {1}, true));
+  BUILD(kb, k);
+  for (int64_t s : {0, 1, 5, 33})
+    check(k, {make_buffer(t, {s, 4, 6}, rng, true, 1)},
+          {.tol = Tol::kReduce, .what = "S=" + std::to_string(s)});
+}
+
+TEST_P(VmMove, Permute) {
+  DType t = GetParam();
+  std::mt19937 rng(24);
+  KernelBuilder kb("permute");
+  Dim A = kb.symbol("A"), B = kb.symbol("B"), C = kb.symbol("C");
+  Value x = kb.load("x", t, {A, B, C});
+  kb.store("p", kb.permute(x, {2, 0, 1}));
+  kb.store("pc", kb.permute(computed(kb, x), {1, 2, 0}));
+  kb.store("tt", kb.transpose(kb.transpose(x, 0, 2), 1, 2));
+  Value w = kb.load("w", t, {C, B, A});
+  kb.store("sum", kb.binary(BinaryOp::kMaximum, kb.permute(w, {2, 1, 0}), x));
+  BUILD(kb, k);
+  for (auto sh : std::vector<std::vector<int64_t>>{{2, 3, 5}, {1, 7, 1}, {0, 2, 3}, {3, 17, 33}})
+    check(k,
+          {make_buffer(t, sh, rng, true, 3), make_buffer(t, {sh[2], sh[1], sh[0]}, rng, false, 1)},
+          {.outs = {Out::kStrided, Out::kContig, Out::kTransposed}});
+}
+
+TEST_P(VmMove, Slice) {
+  DType t = GetParam();
+  std::mt19937 rng(25);
+  KernelBuilder kb("slice");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", t, {S, H});
+  kb.store("step", kb.slice(x, 1, 3, -2, 2));
+  kb.store("neg", kb.slice(x, 0, -5, kSliceEnd, 3));
+  kb.store("clamp", kb.slice(x, 1, -100, 100, 1));
+  kb.store("empty", kb.slice(x, 1, 5, 2));
+  kb.store("comp", kb.slice(computed(kb, x), 1, -7, -1, 3));
+  kb.store("twice", kb.slice(kb.slice(x, 0, 1, kSliceEnd, 2), 1, 2, kSliceEnd, 5));
+  kb.store("then_op",
+           kb.binary(BinaryOp::kMaximum, kb.slice(x, 1, 0, -1), kb.slice(x, 1, 1, kSliceEnd)));
+  BUILD(kb, k);
+  for (auto [s, h] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 17}, {17, 33}, {4, 1031}}) {
+    check(k, {make_buffer(t, {s, h}, rng)}, {.what = std::to_string(s) + "x" + std::to_string(h)});
+    check(k, {make_buffer(t, {s, h}, rng, true, 9)},
+          {.outs = {Out::kStrided, Out::kTransposed, Out::kOffset},
+           .what = "transposed " + std::to_string(s) + "x" + std::to_string(h)});
+  }
+}
+
+TEST_P(VmMove, Concat) {
+  DType t = GetParam();
+  std::mt19937 rng(26);
+  KernelBuilder kb("concat");
+  Dim S = kb.symbol("S"), H = kb.symbol("H"), G = kb.symbol("G");
+  Value a = kb.load("a", t, {S, H});
+  Value b = kb.load("b", t, {S, G});
+  Value c = kb.load("c", t, {2, H});
+  kb.store("ax1", kb.concat({a, b}, 1));
+  kb.store("ax0", kb.concat({a, c, a}, 0));
+  kb.store("comp", kb.concat({computed(kb, a), b, computed(kb, b)}, -1));
+  Value cat = kb.concat({a, b}, 1);
+  Value further = kb.binary(BinaryOp::kMaximum, cat, kb.slice(cat, 0, 0, 1));
+  kb.store("further", further);
+  kb.store("reduced", kb.reduce(ReduceOp::kMax, kb.concat({a, c}, 0), {0}));
+  BUILD(kb, k);
+  for (auto [s, h, g] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 1, 1}, {3, 7, 17}, {5, 0, 9}, {0, 4, 3}, {6, 1031, 33}}) {
+    check(k,
+          {make_buffer(t, {s, h}, rng), make_buffer(t, {s, g}, rng, true, 3),
+           make_buffer(t, {2, h}, rng, false, 1)},
+          {.outs = {Out::kStrided, Out::kTransposed},
+           .what = std::to_string(s) + "," + std::to_string(h) + "," + std::to_string(g)});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmMove, ::testing::ValuesIn(kAllDTypes),
+                         [](const ::testing::TestParamInfo<DType>& i) { return dt(i.param); });
+
+// ---- reductions ------------------------------------------------------------------------
+
+struct ReduceShape {
+  const char* name;
+  std::vector<int64_t> shape;
+  bool transposed = false;
+  int64_t offset = 0;
+};
+
+const std::vector<ReduceShape> kReduceShapes = {
+    {"S3x37x1029", {3, 37, 1029}}, {"S2x5000x3", {2, 5000, 3}}, {"S2x3x20001", {2, 3, 20001}},
+    {"S4x0x5", {4, 0, 5}},         {"S1x1x1", {1, 1, 1}},       {"S5x33x17T", {5, 33, 17}, true, 7},
+};
+
+struct AxesSet {
+  const char* name;
+  std::vector<int> axes;
+};
+
+const std::vector<AxesSet> kAxesSets = {
+    {"A0", {0}},     {"A1", {1}},     {"A2", {2}}, {"A01", {0, 1}},
+    {"A02", {0, 2}}, {"A12", {1, 2}}, {"All", {}}, {"Neg1", {-1}},
+};
+
+struct ReduceCase {
+  ReduceOp op;
+  DType dtype;
+  ReduceShape shape;
+  AxesSet axes;
+  bool keepdims;
+};
+
+void PrintTo(const ReduceCase& c, std::ostream* os) {
+  *os << reduce_op_name(c.op) << " " << dt(c.dtype) << " " << c.shape.name << " " << c.axes.name
+      << (c.keepdims ? " keepdims" : "");
+}
+
+class VmReduce : public ::testing::TestWithParam<ReduceCase> {};
+
+TEST_P(VmReduce, MatchesReference) {
+  const ReduceCase& c = GetParam();
+  KernelBuilder kb("reduce");
+  Syms sy{kb, {}};
+  Value x = kb.load("x", c.dtype, sy.dims(c.shape.shape));
+  kb.store("y", kb.reduce(c.op, x, c.axes.axes, c.keepdims));
+  BUILD(kb, k);
+  std::mt19937 rng(31);
+  check(k, {make_buffer(c.dtype, c.shape.shape, rng, c.shape.transposed, c.shape.offset)},
+        {.tol = Tol::kReduce});
+}
+
+std::vector<ReduceCase> reduce_cases() {
+  std::vector<ReduceCase> r;
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+    for (const auto& s : kReduceShapes)
+      for (const auto& a : kAxesSets)
+        for (bool keep : {false, true}) r.push_back({op, DType::kF32, s, a, keep});
+    // Other dtypes on fewer shapes (runtime under sanitizers).
+    for (DType t : {DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kBool})
+      for (const auto& s : {kReduceShapes[0], kReduceShapes[1], kReduceShapes[5]})
+        for (const auto& a : kAxesSets) r.push_back({op, t, s, a, s.name[1] == '3'});
+  }
+  return r;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmReduce, ::testing::ValuesIn(reduce_cases()),
+                         [](const ::testing::TestParamInfo<ReduceCase>& i) {
+                           return std::string(reduce_op_name(i.param.op)) + "_" +
+                                  dt(i.param.dtype) + "_" + i.param.shape.name + "_" +
+                                  i.param.axes.name + (i.param.keepdims ? "_Keep" : "");
+                         });
+
+// Rank-1 reductions around the single-pass limit (16384) and the tile size.
+class VmReduce1D : public ::testing::TestWithParam<std::tuple<DType, int64_t>> {};
+
+TEST_P(VmReduce1D, AllOps) {
+  auto [t, n] = GetParam();
+  KernelBuilder kb("reduce1d");
+  Dim N = kb.symbol("N");
+  Value x = kb.load("x", t, {N});
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin,
+                      ReduceOp::kProd, ReduceOp::kArgMax, ReduceOp::kArgMin})
+    kb.store(reduce_op_name(op), kb.reduce(op, x, {0}));
+  BUILD(kb, k);
+  std::mt19937 rng(32);
+  if (n == 0) {
+    // argmax/argmin of an empty axis has no answer; the reductions with an identity do.
+    KernelBuilder kb0("reduce1d_empty");
+    Dim N0 = kb0.symbol("N");
+    Value x0 = kb0.load("x", t, {N0});
+    for (ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd})
+      kb0.store(reduce_op_name(op), kb0.reduce(op, x0, {0}, true));
+    BUILD(kb0, k0);
+    check(k0, {make_buffer(t, {0}, rng)}, {.tol = Tol::kReduce});
+    return;
+  }
+  check(k, {make_buffer(t, {n}, rng, false, 3)}, {.tol = Tol::kReduce});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, VmReduce1D,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kI32, DType::kF16),
+                       ::testing::Values(0, 1, 7, 4096, 4097, 16384, 16385, 20001)),
+    [](const ::testing::TestParamInfo<std::tuple<DType, int64_t>>& i) {
+      return dt(std::get<0>(i.param)) + "_N" + std::to_string(std::get<1>(i.param));
+    });
+
+struct ArgCase {
+  ReduceOp op;
+  DType dtype;
+  ReduceShape shape;
+  int axis;
+  bool keepdims;
+  bool specials;
+};
+
+void PrintTo(const ArgCase& c, std::ostream* os) {
+  *os << reduce_op_name(c.op) << " " << dt(c.dtype) << " " << c.shape.name << " axis " << c.axis;
+}
+
+class VmArgReduce : public ::testing::TestWithParam<ArgCase> {};
+
+TEST_P(VmArgReduce, MatchesReference) {
+  const ArgCase& c = GetParam();
+  KernelBuilder kb("argreduce");
+  Syms sy{kb, {}};
+  Value x = kb.load("x", c.dtype, sy.dims(c.shape.shape));
+  kb.store("i", kb.reduce(c.op, x, {c.axis}, c.keepdims));
+  BUILD(kb, k);
+  std::mt19937 rng(33);
+  Buffer in = make_buffer(c.dtype, c.shape.shape, rng, c.shape.transposed, c.shape.offset);
+  if (c.specials) add_specials(in, rng);
+  check(k, {in});
+}
+
+std::vector<ArgCase> arg_cases() {
+  std::vector<ArgCase> r;
+  const std::vector<ReduceShape> shapes = {kReduceShapes[0], kReduceShapes[1], kReduceShapes[2],
+                                           kReduceShapes[4], kReduceShapes[5]};
+  for (ReduceOp op : {ReduceOp::kArgMax, ReduceOp::kArgMin}) {
+    for (int axis : {0, 1, 2, -1}) {
+      for (const auto& s : shapes)
+        for (bool keep : {false, true}) r.push_back({op, DType::kF32, s, axis, keep, false});
+      r.push_back({op, DType::kF32, kReduceShapes[5], axis, false, true});
+      for (DType t : {DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kBool}) {
+        r.push_back({op, t, kReduceShapes[0], axis, false, false});
+        r.push_back({op, t, kReduceShapes[5], axis, true, t != DType::kBool});
+      }
+    }
+  }
+  return r;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmArgReduce, ::testing::ValuesIn(arg_cases()),
+                         [](const ::testing::TestParamInfo<ArgCase>& i) {
+                           std::string ax =
+                               i.param.axis < 0 ? "Neg1" : std::to_string(i.param.axis);
+                           return std::string(reduce_op_name(i.param.op)) + "_" +
+                                  dt(i.param.dtype) + "_" + i.param.shape.name + "_A" + ax +
+                                  (i.param.keepdims ? "_Keep" : "") +
+                                  (i.param.specials ? "_Specials" : "");
+                         });
+
+// ---- reduce-then-broadcast patterns ---------------------------------------------------
+
+enum class Norm { kSoftmax, kLogSoftmax, kLayerNorm, kRmsNorm, kSoftmaxAxis0 };
+
+struct NormCase {
+  Norm norm;
+  const char* name;
+  DType dtype;
+  int64_t rows, len;
+  bool transposed;
+};
+
+Kernel norm_kernel(Norm norm, DType t) {
+  KernelBuilder kb("norm");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", t, {S, H});
+  Value g = kb.load("g", t, {H});
+  Value xf = kb.cast(x, DType::kF32);
+  Value y;
+  switch (norm) {
+    case Norm::kSoftmax: {
+      Value e = kb.unary(UnaryOp::kExp, kb.sub(xf, kb.max(xf, {-1}, true)));
+      y = kb.div(e, kb.sum(e, {-1}, true));
+      break;
+    }
+    case Norm::kSoftmaxAxis0: {
+      Value e = kb.unary(UnaryOp::kExp, kb.sub(xf, kb.max(xf, {0}, true)));
+      y = kb.div(e, kb.sum(e, {0}, true));
+      break;
+    }
+    case Norm::kLogSoftmax: {
+      Value c = kb.sub(xf, kb.max(xf, {-1}, true));
+      y = kb.sub(c, kb.unary(UnaryOp::kLog, kb.sum(kb.unary(UnaryOp::kExp, c), {-1}, true)));
+      break;
+    }
+    case Norm::kLayerNorm: {
+      Value xc = kb.sub(xf, kb.mean(xf, {-1}, true));
+      Value var = kb.mean(kb.mul(xc, xc), {-1}, true);
+      y = kb.mul(kb.mul(xc, kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, var, 1e-5))), g);
+      break;
+    }
+    case Norm::kRmsNorm: {
+      Value ms = kb.mean(kb.mul(xf, xf), {-1}, true);
+      y = kb.mul(kb.mul(xf, kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, ms, 1e-6))), g);
+      break;
+    }
+  }
+  kb.store("y", y, t);
+  auto k = kb.build();
+  EXPECT_TRUE(k.is_ok()) << k.status().to_string();
+  return *k;
+}
+
+void PrintTo(const NormCase& c, std::ostream* os) {
+  *os << c.name << " " << dt(c.dtype) << " " << c.rows << "x" << c.len;
+}
+
+class VmNorm : public ::testing::TestWithParam<NormCase> {};
+
+TEST_P(VmNorm, MatchesReference) {
+  const NormCase& c = GetParam();
+  Kernel k = norm_kernel(c.norm, c.dtype);
+  if (::testing::Test::HasFailure()) return;
+  std::mt19937 rng(41);
+  check(k,
+        {make_buffer(c.dtype, {c.rows, c.len}, rng, c.transposed, c.transposed ? 5 : 0),
+         make_buffer(c.dtype, {c.len}, rng)},
+        {.tol = Tol::kReduce});
+}
+
+std::vector<NormCase> norm_cases() {
+  std::vector<NormCase> r;
+  const std::pair<Norm, const char*> norms[] = {{Norm::kSoftmax, "Softmax"},
+                                                {Norm::kLogSoftmax, "LogSoftmax"},
+                                                {Norm::kLayerNorm, "LayerNorm"},
+                                                {Norm::kRmsNorm, "RmsNorm"},
+                                                {Norm::kSoftmaxAxis0, "SoftmaxAxis0"}};
+  for (auto [n, name] : norms) {
+    for (int64_t len : {1, 7, 1031, 4096, 16384, 16385, 20001})
+      r.push_back({n, name, DType::kF32, len > 4096 ? 2 : 5, len, false});
+    r.push_back({n, name, DType::kF32, 0, 33, false});
+    r.push_back({n, name, DType::kF32, 17, 1031, true});
+    r.push_back({n, name, DType::kBF16, 3, 1031, false});
+    r.push_back({n, name, DType::kF16, 2, 20001, false});
+  }
+  return r;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VmNorm, ::testing::ValuesIn(norm_cases()),
+                         [](const ::testing::TestParamInfo<NormCase>& i) {
+                           return std::string(i.param.name) + "_" + dt(i.param.dtype) + "_" +
+                                  std::to_string(i.param.rows) + "x" + std::to_string(i.param.len) +
+                                  (i.param.transposed ? "_T" : "");
+                         });
+
+// ---- large tensors (>= 1M elements) -----------------------------------------------------
+
+TEST(VmLarge, UnaryTransposed) {
+  KernelBuilder kb("large_exp");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  kb.store("y", kb.unary(UnaryOp::kExp, kb.load("x", DType::kF32, {S, H})));
+  BUILD(kb, k);
+  std::mt19937 rng(51);
+  check(k, {make_buffer(DType::kF32, {1024, 1031}, rng, true, 1)}, {.tol = Tol::kTrans});
+}
+
+TEST(VmLarge, BinaryBroadcastF16StridedOut) {
+  KernelBuilder kb("large_add");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", DType::kF16, {S, H});
+  Value b = kb.load("b", DType::kF16, {H});
+  kb.store("y", kb.add(x, b));
+  BUILD(kb, k);
+  std::mt19937 rng(52);
+  check(k, {make_buffer(DType::kF16, {1000, 1031}, rng), make_buffer(DType::kF16, {1031}, rng)},
+        {.tol = Tol::kArith, .outs = {Out::kStrided}});
+}
+
+TEST(VmLarge, Reductions) {
+  KernelBuilder kb("large_reduce");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", DType::kF32, {S, H});
+  kb.store("col", kb.sum(x, {0}));
+  kb.store("row", kb.max(x, {1}));
+  kb.store("arg", kb.reduce(ReduceOp::kArgMin, x, {0}));
+  BUILD(kb, k);
+  std::mt19937 rng(53);
+  check(k, {make_buffer(DType::kF32, {1024, 1024}, rng)}, {.tol = Tol::kReduce});
+}
+
+// ---- multi-output kernels --------------------------------------------------------------
+
+TEST(VmMultiOutput, TwoElementwiseStores) {
+  KernelBuilder kb("two_stores");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", DType::kF32, {S, H});
+  Value b = kb.load("b", DType::kF32, {H});
+  kb.store("prod", kb.mul(x, b));
+  kb.store("exp", kb.unary(UnaryOp::kExp, x), DType::kF16);
+  kb.store("copy", x);
+  BUILD(kb, k);
+  std::mt19937 rng(61);
+  for (auto [s, h] : std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {1, 1}, {7, 17}, {33, 1031}})
+    check(k, {make_buffer(DType::kF32, {s, h}, rng, true, 2), make_buffer(DType::kF32, {h}, rng)},
+          {.tol = Tol::kTrans, .outs = {Out::kStrided, Out::kContig, Out::kTransposed}});
+}
+
+TEST(VmMultiOutput, ReductionAndElementwise) {
+  KernelBuilder kb("red_and_elem");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", DType::kF32, {S, H});
+  Value m = kb.max(x, {-1}, true);
+  Value e = kb.unary(UnaryOp::kExp, kb.sub(x, m));
+  Value s = kb.sum(e, {-1});
+  kb.store("sum", s);
+  kb.store("softmax", kb.div(e, kb.reshape(s, {S, 1})));
+  kb.store("shifted", kb.sub(x, m));
+  kb.store("colmax", kb.max(x, {0}));  // a second reduction set: its own stage
+  BUILD(kb, k);
+  std::mt19937 rng(62);
+  for (auto [r, h] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 17}, {5, 1031}, {2, 20001}}) {
+    check(k, {make_buffer(DType::kF32, {r, h}, rng)}, {.tol = Tol::kReduce});
+    check(k, {make_buffer(DType::kF32, {r, h}, rng, true, 3)},
+          {.tol = Tol::kReduce,
+           .outs = {Out::kStrided, Out::kTransposed, Out::kOffset, Out::kStrided},
+           .what = "views"});
+  }
+}
+
+// ---- one compiled kernel, many bindings ------------------------------------------------
+
+TEST(VmCache, ThirtyBindingsRandomOrder) {
+  KernelBuilder kb("cache");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", DType::kF32, {S, H});
+  Value b = kb.load("b", DType::kF32, {H});
+  kb.store("y", kb.add(kb.unary(UnaryOp::kTanh, kb.mul(x, b)), b));
+  kb.store("s", kb.sum(x, {-1}));
+  BUILD(kb, k);
+  auto ck = CompiledKernel::create(k);
+  ASSERT_TRUE(ck.is_ok());
+  struct Variant {
+    int64_t s, h;
+    bool transposed;
+    int64_t offset;
+  };
+  const std::vector<Variant> variants = {
+      {1, 1, false, 0},    {7, 17, false, 0}, {7, 17, true, 0},    {7, 17, false, 3},
+      {7, 17, false, 5},   {0, 5, false, 0},  {33, 128, false, 0}, {3, 20000, false, 0},
+      {64, 1031, true, 1}, {5, 1, false, 0}};
+  std::mt19937 rng(71);
+  std::set<int> seen;
+  int hits = 0, misses = 0;
+  for (int it = 0; it < 30; ++it) {
+    int v = std::uniform_int_distribution<int>(0, static_cast<int>(variants.size()) - 1)(rng);
+    const Variant& var = variants[v];
+    RunStats st;
+    check(k,
+          {make_buffer(DType::kF32, {var.s, var.h}, rng, var.transposed, var.offset),
+           make_buffer(DType::kF32, {var.h}, rng)},
+          {.tol = Tol::kReduce,
+           .ck = ck->get(),
+           .stats = &st,
+           .what = "iteration " + std::to_string(it) + " variant " + std::to_string(v)});
+    EXPECT_EQ(st.cache_hit, seen.count(v) > 0) << "iteration " << it << " variant " << v;
+    (st.cache_hit ? hits : misses)++;
+    seen.insert(v);
+  }
+  EXPECT_GT(hits, 0);
+  EXPECT_GT(misses, 1);
+  EXPECT_GE((*ck)->cached_programs(), seen.size());
+}
+
+// ---- bad arguments ---------------------------------------------------------------------
+
+TEST(VmBadArgs, RejectedWithoutWriting) {
+  KernelBuilder kb("bad");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 16});
+  Value w = kb.load("w", DType::kF32, {S, 16});
+  Value b = kb.load("b", DType::kF32, {16});
+  Value p = kb.param("p", DType::kF32);
+  kb.store("y", kb.add(kb.mul(kb.add(x, w), b), p));
+  BUILD(kb, k);
+  auto ck = CompiledKernel::create(k);
+  ASSERT_TRUE(ck.is_ok());
+  std::mt19937 rng(81);
+  auto good = [&] {
+    return std::vector<Buffer>{make_buffer(DType::kF32, {4, 16}, rng),
+                               make_buffer(DType::kF32, {4, 16}, rng),
+                               make_buffer(DType::kF32, {16}, rng)};
+  };
+  std::vector<ScalarArg> params = {ScalarArg::of_float(1.5)};
+  struct Bad {
+    std::string name;
+    std::vector<Buffer> inputs;
+    std::string expect;  // substring of the message
+    int outputs = 1;
+    std::vector<int64_t> out_shape = {4, 16};
+    int64_t out_storage = -1;
+    int num_params = 1;
+  };
+  std::vector<Bad> cases;
+  {
+    auto in = good();
+    in[0] = make_buffer(DType::kF32, {64}, rng);
+    cases.push_back({"wrong rank", in, "'x'"});
+  }
+  {
+    auto in = good();
+    in[2] = make_buffer(DType::kF32, {15}, rng);
+    cases.push_back({"wrong constant dim", in, "'b'"});
+  }
+  {
+    auto in = good();
+    in[1] = make_buffer(DType::kF32, {5, 16}, rng);
+    cases.push_back({"inconsistent symbol", in, "'w'"});
+  }
+  {
+    auto in = good();
+    in[1] = make_buffer(DType::kF16, {4, 16}, rng);
+    cases.push_back({"wrong dtype", in, "'w'"});
+  }
+  {
+    auto in = good();
+    in.pop_back();
+    cases.push_back({"too few inputs", in, "input"});
+  }
+  {
+    auto in = good();
+    in[0].arg.storage_elems = 63;
+    cases.push_back({"view outside storage", in, "'x'"});
+  }
+  {
+    auto in = good();
+    in[1].arg.offset = 3;  // storage_elems stays 64
+    cases.push_back({"offset view outside storage", in, "'w'"});
+  }
+  {
+    auto in = good();
+    in[0].arg.strides = {17, 1};
+    cases.push_back({"strided view outside storage", in, "'x'"});
+  }
+  cases.push_back({"wrong output shape", good(), "'y'", 1, {4, 15}});
+  cases.push_back({"output outside storage", good(), "'y'", 1, {4, 16}, 60});
+  cases.push_back({"too few outputs", good(), "output", 0});
+  cases.push_back({"too few params", good(), "param", 1, {4, 16}, -1, 0});
+  for (auto& c : cases) {
+    std::vector<Buffer> outs;
+    for (int o = 0; o < c.outputs; ++o) {
+      outs.push_back(make_out(DType::kF32, c.out_shape, Out::kContig));
+      if (c.out_storage >= 0) outs.back().arg.storage_elems = c.out_storage;
+    }
+    std::vector<ScalarArg> ps(params.begin(), params.begin() + c.num_params);
+    Status s = (*ck)->run(args_of(c.inputs), args_of(outs), ps);
+    EXPECT_FALSE(s.is_ok()) << c.name;
+    EXPECT_NE(s.message().find(c.expect), std::string::npos)
+        << c.name << ": message '" << s.message() << "' does not name " << c.expect;
+    for (const auto& o : outs) EXPECT_TRUE(all_sentinel(o)) << c.name << ": output written";
+    // The reference executor rejects the same arguments.
+    if (c.outputs > 0) {
+      std::vector<Buffer> ro;
+      ro.push_back(make_out(DType::kF32, c.out_shape, Out::kContig));
+      if (c.out_storage >= 0) ro.back().arg.storage_elems = c.out_storage;
+      EXPECT_FALSE(run_reference(k, args_of(c.inputs), args_of(ro), ps).is_ok()) << c.name;
+    }
+  }
+  // The compiled kernel still works after the failures.
+  check(k, good(), {.tol = Tol::kArith, .params = params, .ck = ck->get()});
+}
+
+// ---- concurrency -----------------------------------------------------------------------
+
+TEST(VmConcurrency, FourThreadsDifferentShapes) {
+  KernelBuilder kb("concurrent");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value x = kb.load("x", DType::kF32, {S, H});
+  Value g = kb.load("g", DType::kF32, {H});
+  Value xc = kb.sub(x, kb.mean(x, {-1}, true));
+  Value var = kb.mean(kb.mul(xc, xc), {-1}, true);
+  kb.store("y",
+           kb.mul(kb.mul(xc, kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, var, 1e-5))), g));
+  kb.store("s", kb.sum(x, {0}));
+  BUILD(kb, k);
+  auto ck = CompiledKernel::create(k);
+  ASSERT_TRUE(ck.is_ok());
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 7}, {13, 1031}, {64, 128}, {3, 20001}};
+  constexpr int kIters = 6;
+  std::mt19937 rng(91);
+  struct Job {
+    std::vector<Buffer> in;
+    std::vector<std::vector<Buffer>> out;  // per iteration
+    std::vector<Buffer> ref;
+    std::vector<Status> st;
+  };
+  std::vector<Job> jobs(shapes.size());
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    auto [s, h] = shapes[j];
+    Job& job = jobs[j];
+    job.in = {make_buffer(DType::kF32, {s, h}, rng, j % 2 == 1, j),
+              make_buffer(DType::kF32, {h}, rng)};
+    job.ref = {make_out(DType::kF32, {s, h}, Out::kContig),
+               make_out(DType::kF32, {h}, Out::kContig)};
+    ASSERT_TRUE(run_reference(k, args_of(job.in), args_of(job.ref)).is_ok());
+    for (int i = 0; i < kIters; ++i)
+      job.out.push_back(
+          {make_out(DType::kF32, {s, h}, Out::kContig), make_out(DType::kF32, {h}, Out::kContig)});
+  }
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    threads.emplace_back([&, j] {
+      Job& job = jobs[j];
+      ready.fetch_add(1);
+      while (ready.load() < static_cast<int>(shapes.size())) std::this_thread::yield();
+      for (int i = 0; i < kIters; ++i)
+        job.st.push_back((*ck)->run(args_of(job.in), args_of(job.out[i])));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    for (int i = 0; i < kIters; ++i) {
+      ASSERT_TRUE(jobs[j].st[i].is_ok()) << jobs[j].st[i].to_string();
+      std::string what = "job " + std::to_string(j) + " iteration " + std::to_string(i);
+      for (int o = 0; o < 2; ++o)
+        compare_storage(jobs[j].out[i][o], jobs[j].ref[o], tolerance(Tol::kReduce, DType::kF32),
+                        what + " output " + std::to_string(o), "");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dvm::testing
