@@ -624,6 +624,7 @@ struct FinalAxis {
   bool no_fold = false;
   bool grid_only = false;
   uint32_t orig = 0;  // original domain axes merged into this one
+  int inner = -1;     // the innermost of them: the folded axis walks with its stride
 };
 
 struct Layout {
@@ -686,6 +687,7 @@ void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Lay
     f.reduced = st.axes[g[0]].reduced;
     f.no_fold = st.axes[g[0]].no_fold;
     f.grid_only = st.axes[g[0]].grid_only;
+    f.inner = g.back();
     for (int a : g) {
       f.extent *= st.axes[a].extent;
       f.orig |= 1u << a;
@@ -861,11 +863,7 @@ int Emitter::add_desc(int slot, DType dtype, int64_t offset, const int64_t* dom_
   for (int a = 0; a < kMaxDomAxes; ++a) {
     int f = L_.final_of[a];
     if (f < 0 || dom_stride[a] == 0) continue;
-    // The folded axis walks with the stride of its innermost original axis.
-    int inner = 31 - __builtin_clz(L_.axes[f].orig);
-    for (int k = 0; k < kMaxDomAxes; ++k)
-      if ((L_.axes[f].orig >> k & 1) && L_.final_of[k] == f) inner = k;
-    d.stride[f] = dom_stride[inner];
+    d.stride[f] = dom_stride[L_.axes[f].inner];  // a folded axis walks like its innermost
   }
   for (size_t f = 0; f < L_.axes.size(); ++f)
     if (d.stride[f] != 0) touched *= L_.axes[f].extent;
@@ -1042,7 +1040,16 @@ Operand Emitter::emit_reduce_end(int i) {
 void Emitter::emit_store(const Sink& s) {
   Operand src = ensure(s.inst);
   int d = add_desc(s.slot, s.dtype, s.dom_offset, s.dom_stride);
-  push(bc::Opcode::kStore, ctype_of(s.inst), class_of(s.inst), 0, Operand::desc(d), src);
+  // The destination may vary along a tile axis the value does not (a broadcast stored): the
+  // store walks the destination's tile, reading the value with stride 0 along that axis.
+  uint32_t dst = 0;
+  for (int a = 0; a < kMaxDomAxes; ++a)
+    if (s.dom_stride[a] != 0) dst |= 1u << a;
+  dst = final_mask(dst);
+  TileClass cls = class_of(s.inst);
+  cls = bc::make_class(bc::class_has_rows(cls) || (L_.row >= 0 && (dst >> L_.row & 1)),
+                       bc::class_has_cols(cls) || (dst >> L_.col & 1));
+  push(bc::Opcode::kStore, ctype_of(s.inst), cls, 0, Operand::desc(d), src);
 }
 
 }  // namespace
