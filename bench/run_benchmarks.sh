@@ -24,6 +24,7 @@ mkdir -p "$OUT_DIR"
   echo "cores: $(nproc)"
   echo "simd: $(grep -m1 -o -w -E 'avx512f|avx2|fma|sse4_2|asimd|sve' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)"
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "load before run: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT_DIR/machine.txt"
 cat "$OUT_DIR/machine.txt"
 
@@ -60,8 +61,8 @@ def gbps(b):
         return None
     return b.get("bytes_per_second", 0) / 1e9
 
-def fmt(v, spec="{:.2f}"):
-    return "ERR" if v is None else spec.format(v)
+def fmt(v, spec="{:.2f}"):  # None: missing or failed (failures are listed at the end)
+    return "-" if v is None else spec.format(v)
 
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
@@ -103,8 +104,9 @@ if vm:
         if var.endswith("_mt") and not b.get("error_occurred"):
             threads = int(b.get("threads", 0))
     print(f"\n## VM execution, GB/s of x read + y written (mt = {threads} threads); ratio > 1: DVM faster")
+    print("vm/triad mt: DVM bandwidth over the STREAM triad's (fused_mt triad, same size)")
     hdr = ["workload", "elems", "dvm_mt", "fused_mt", "eager_mt", "dvm_st", "fused_st",
-           "vm/fused mt", "vm/fused st", "vm/eager mt", "vm/eager st", "max_err"]
+           "vm/fused mt", "vm/fused st", "vm/eager mt", "vm/eager st", "vm/triad mt", "max_err"]
     print("".join(f"{h:>12}" if i > 1 else f"{h:<12}" for i, h in enumerate(hdr)))
     order = []
     for (wl, n) in rows:
@@ -117,8 +119,16 @@ if vm:
             err = r.get("dvm_mt", {}).get("max_err")
             cells = [g["dvm_mt"], g["fused_mt"], g["eager_mt"], g["dvm_st"], g["fused_st"],
                      ratio(g["dvm_mt"], g["fused_mt"]), ratio(g["dvm_st"], g["fused_st"]),
-                     ratio(g["dvm_mt"], g["eager_mt"]), ratio(g["dvm_st"], g["eager_st"])]
+                     ratio(g["dvm_mt"], g["eager_mt"]), ratio(g["dvm_st"], g["eager_st"]),
+                     ratio(g["dvm_mt"], gbps(rows.get(("triad", n), {}).get("fused_mt")))]
             print(f"{wl:<12}{n:>12}" + "".join(f"{fmt(c):>12}" for c in cells)
                   + f"{fmt(err, '{:.1e}'):>12}")
+
+failed = [(k, b.get("error_message", "")) for runs in (enc, vm) for k, b in runs.items()
+          if b.get("error_occurred")]
+if failed:
+    print("\n## Failed benchmarks")
+    for k, msg in failed:
+        print(f"{k}: {msg}")
 PY
 echo "JSON written to $OUT_DIR/"
