@@ -328,6 +328,26 @@ TEST(Verifier, ChecksLoopCarriedTypes) {
   expect_rejected(p, "body leaves it i32.row");
 }
 
+TEST(Verifier, SplitLoops) {
+  Program p = sum_program();
+  p.axes.push_back(Axis{8, 1, AxisIter::kGrid, AxisTile::kNone});  // 8 parts of 4 trips
+  p.axes[1].split_by = 2;
+  p.grid = 16;
+  ASSERT_TRUE(verify(p, nullptr).is_ok()) << verify(p, nullptr).message();
+  // Some blocks skip the body: a value only written inside it is undefined after it.
+  set_instr(&p, 5, ins(Opcode::kStore, CType::kF32, kFull, Operand::desc(0), r(0)));
+  expect_rejected(p, "r0 is read before it is written");
+  p = sum_program();
+  p.axes.push_back(Axis{int64_t{1} << 41, 1, AxisIter::kGrid, AxisTile::kNone});
+  p.axes[1].split_by = 2;
+  p.grid = int64_t{1} << 42;
+  expect_rejected(p, "grid axes exceed");
+  p.axes[1].extent = int64_t{1} << 48;
+  p.axes[2].extent = int64_t{1} << 30;
+  p.grid = int64_t{1} << 31;
+  expect_rejected(p, "trips * split parts overflows");
+}
+
 TEST(Verifier, ReportsSpans) {
   Program p = add_program();
   p.descs[0].offset = -5;

@@ -138,6 +138,7 @@ class Verifier {
     int axis;
     size_t pc;
     bool dead;                     // zero trips: the body never runs
+    bool maybe_empty;              // split: some blocks get zero trips
     std::vector<RegType> entry;    // register state when the loop is entered
     std::vector<char> written;     // registers written so far in the body
     std::vector<RegType> exposed;  // registers read in the body before any write there
@@ -211,6 +212,10 @@ Status Verifier::check_axes() {
                 p_.axes[a.split_by].iter == AxisIter::kGrid &&
                 p_.axes[a.split_by].tile == AxisTile::kNone && p_.axes[a.split_by].extent >= 1;
       if (!ok) return header_error(name + "split by a non-grid or tile axis");
+      // The interpreter computes trips * (g + 1) / parts unchecked.
+      int64_t prod = 0;
+      if (!mul_ok(a.trips(), p_.axes[a.split_by].extent, &prod))
+        return header_error(name + "trips * split parts overflows");
     } else if (a.split_by != -1) {
       return header_error(name + "bad split axis");
     }
@@ -353,8 +358,10 @@ Status Verifier::check_loop(const Instr& in) {
     if (f.axis == in.aux) return error("loop over an axis that is already open");
   size_t n = regs_.size();
   bool dead = a.trips() == 0;
-  frames_.push_back(
-      Frame{in.aux, pc_, dead, regs_, std::vector<char>(n, 0), std::vector<RegType>(n)});
+  // A split loop walks trips [g*T/G, (g+1)*T/G): empty for some blocks when T < G.
+  bool maybe_empty = a.split_by >= 0 && a.trips() < p_.axes[a.split_by].extent;
+  frames_.push_back(Frame{in.aux, pc_, dead, maybe_empty, regs_, std::vector<char>(n, 0),
+                          std::vector<RegType>(n)});
   dead_depth_ += dead;
   return Status::ok();
 }
@@ -371,6 +378,9 @@ Status Verifier::check_end_loop() {
   }
   // A zero-trip body never runs: nothing it writes is defined afterwards.
   if (f.dead) regs_ = f.entry;
+  // Maybe-empty body: only values the body leaves as they were on entry are defined after.
+  for (size_t r = 0; f.maybe_empty && r < regs_.size(); ++r)
+    if (!(regs_[r] == f.entry[r])) regs_[r] = RegType{};
   dead_depth_ -= f.dead;
   frames_.pop_back();
   return Status::ok();
