@@ -33,18 +33,18 @@ void predicate_i64(UnaryOp op, int32_t* dst, const int64_t* a, int ainc, int64_t
 // Arithmetic binary ops (kind 0 in ops.def).
 void binary_f32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
                 int64_t n);
-void binary_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b,
-                int binc, int64_t n);
-void binary_i64(BinaryOp op, int64_t* dst, const int64_t* a, int ainc, const int64_t* b,
-                int binc, int64_t n);
+void binary_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
+                int64_t n);
+void binary_i64(BinaryOp op, int64_t* dst, const int64_t* a, int ainc, const int64_t* b, int binc,
+                int64_t n);
 // Comparisons and logical ops (kinds 1 and 2): dst is a 0/1 mask. Logical ops treat any
 // non-zero operand as true.
 void compare_f32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
                  int64_t n);
-void compare_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b,
-                 int binc, int64_t n);
-void compare_i64(BinaryOp op, int32_t* dst, const int64_t* a, int ainc, const int64_t* b,
-                 int binc, int64_t n);
+void compare_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
+                 int64_t n);
+void compare_i64(BinaryOp op, int32_t* dst, const int64_t* a, int ainc, const int64_t* b, int binc,
+                 int64_t n);
 
 // dst[i] = cond[i] != 0 ? a[i] : b[i]. `elem_bytes` is 4 (f32/i32) or 8 (i64).
 void select(int elem_bytes, void* dst, const int32_t* cond, int cinc, const void* a, int ainc,
@@ -79,16 +79,16 @@ void fill_identity(ReduceOp op, CType t, void* dst, int64_t n);
 // Arg reductions (ArgMax / ArgMin): the first extreme element wins; NaN counts as the
 // extreme (the first NaN wins). Element i of `a` has index base + i.
 // Along a row: (*vacc, *iacc) = better of (*vacc, *iacc) and the row's best.
-void argreduce_row_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc,
-                       int64_t n, int64_t base);
+void argreduce_row_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc, int64_t n,
+                       int64_t base);
 void argreduce_row_i32(ReduceOp op, int32_t* vacc, int64_t* iacc, const int32_t* a, int ainc,
                        int64_t n, int64_t base);
 void argreduce_row_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t* a, int ainc,
                        int64_t n, int64_t base);
 // Elementwise: where a[i] is strictly better than vacc[i] (or a NaN first seen), take a[i]
 // with index `index`. Rows are visited in increasing index order, so ties keep the first.
-void argaccumulate_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc,
-                       int64_t n, int64_t index);
+void argaccumulate_f32(ReduceOp op, float* vacc, int64_t* iacc, const float* a, int ainc, int64_t n,
+                       int64_t index);
 void argaccumulate_i32(ReduceOp op, int32_t* vacc, int64_t* iacc, const int32_t* a, int ainc,
                        int64_t n, int64_t index);
 void argaccumulate_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t* a, int ainc,
