@@ -1,0 +1,89 @@
+// Single-threaded GEMM core (src/vm/cpu/gemm.h) vs OpenBLAS cblas_sgemm (one thread), GFLOP/s:
+// square 64..1024, BERT-like tiles (m = 64/128/256, n = 256, k = 768/3072), skinny decode
+// shapes (m = 1/4/16, n = 768/3072, k = 768). Row-major A (m x k), B (k x n), C (m x n).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "vm/cpu/gemm.h"
+
+#ifdef DVM_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace {
+
+struct Operands {
+  std::vector<float> a, b, c;
+  Operands(int64_t m, int64_t n, int64_t k)
+      : a(static_cast<size_t>(m * k)),
+        b(static_cast<size_t>(k * n)),
+        c(static_cast<size_t>(m * n)) {
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+  }
+};
+
+void set_flops(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2e-9 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_dvm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Operands o(m, n, k);
+  dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), n, 1, o.c.data(), n, false);
+  for (auto _ : state) {
+    dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), n, 1, o.c.data(), n, false);
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, m, n, k);
+}
+
+#ifdef DVM_HAVE_OPENBLAS
+void BM_openblas(benchmark::State& state) {
+#ifdef DVM_HAVE_OPENBLAS_SET_NUM_THREADS
+  openblas_set_num_threads(1);
+#endif
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Operands o(m, n, k);
+  const auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, o.a.data(), static_cast<int>(k), o.b.data(),
+                static_cast<int>(n), 0.0f, o.c.data(), static_cast<int>(n));
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, m, n, k);
+}
+#endif
+
+void shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"m", "n", "k"});
+  for (int64_t s : {64, 128, 256, 384, 512, 768, 1024}) b->Args({s, s, s});
+  for (int64_t m : {64, 128, 256})
+    for (int64_t k : {768, 3072}) b->Args({m, 256, k});
+  for (int64_t m : {1, 4, 16})
+    for (int64_t n : {768, 3072}) b->Args({m, n, 768});
+  b->MinTime(0.2);
+  b->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_dvm)->Apply(shapes);
+#ifdef DVM_HAVE_OPENBLAS
+BENCHMARK(BM_openblas)->Apply(shapes);
+#endif
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,377 @@
+// Packed GEMM (see gemm.h). Layout of the packed operands, per K block of kc rows:
+// - A: ceil(m / MR) panels of kc x MR floats; element (r, p) of a panel at [p * MR + r].
+// - B: ceil(n / NR) panels of kc x NR floats; element (p, j) of a panel at [p * NR + j], columns
+//   past n zero.
+// Loop order (per NC column block, per K block): pack B and A, then for every A panel (stays in
+// L1) run the micro-kernel over every B panel (streams from L2). The micro-kernel for the last A
+// panel is instantiated for exactly the rows left, and a one-vector variant covers the last B
+// panel when it is at most one vector wide, so edge tiles waste little work.
+
+// Keep the target list short: every target multiplies the compile time of this file.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)
+#endif
+
+#include "vm/cpu/gemm.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include "vm/scalar_ops.h"
+
+namespace dvm::vm::cpu::gemm_detail {
+// Thread-local 64-byte aligned scratch of at least `floats` floats, grown on demand; slot 0 holds
+// the packed A block, slot 1 the packed B block.
+float* scratch(int slot, size_t floats);
+}  // namespace dvm::vm::cpu::gemm_detail
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "vm/cpu/gemm.cc"
+// clang-format off
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace dvm::vm::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Micro-tile: MR rows x NR = kNV vectors. MR * kNV accumulators + kNV B vectors + 1 broadcast
+// must fit the register file (32 vector registers on AVX-512, 16 otherwise).
+constexpr size_t kN = HWY_LANES(float);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr size_t kMR = 14;
+constexpr size_t kTileM = 112;
+#else
+constexpr size_t kMR = 6;
+constexpr size_t kTileM = 96;
+#endif
+constexpr size_t kNV = 2;
+constexpr size_t kNR = kNV * kN;
+// K block: an A panel (kc x MR floats, 14 KiB on AVX-512) stays in L1 while B streams past.
+constexpr size_t kKC = 256;
+// Column block: the packed B block (kc x NC floats, 512 KiB) stays in L2.
+constexpr size_t kNC = 512;
+static_assert(kNC % kNR == 0, "column block must hold whole panels");
+
+// c[0..kRows) x [0..ncols) (+)= A panel (kc x kMR, rows used: kRows) x B panel (kc rows of
+// kCols vectors at stride bs floats). With few accumulators the K loop runs two independent
+// accumulator sets (even / odd p) to hide the FMA latency.
+template <size_t kRows, size_t kCols>
+HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp,
+                         ptrdiff_t bs, float* HWY_RESTRICT c, ptrdiff_t ldc, bool add,
+                         size_t ncols) {
+  constexpr size_t kSets = kRows * kCols < 8 ? 2 : 1;
+  const DF d;
+  VF acc[kSets][kRows][kCols];
+#pragma GCC unroll 16
+  for (size_t s = 0; s < kSets; ++s) {
+#pragma GCC unroll 16
+    for (size_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+      for (size_t v = 0; v < kCols; ++v) acc[s][r][v] = hn::Zero(d);
+    }
+  }
+  size_t p = 0;
+  for (; p + kSets <= kc; p += kSets) {
+#pragma GCC unroll 2
+    for (size_t s = 0; s < kSets; ++s) {
+      VF bv[kCols];
+#pragma GCC unroll 4
+      for (size_t v = 0; v < kCols; ++v) bv[v] = hn::LoadU(d, bp + v * kN);
+#pragma GCC unroll 16
+      for (size_t r = 0; r < kRows; ++r) {
+        const VF av = hn::Set(d, ap[r]);
+#pragma GCC unroll 4
+        for (size_t v = 0; v < kCols; ++v) acc[s][r][v] = hn::MulAdd(av, bv[v], acc[s][r][v]);
+      }
+      ap += kMR;
+      bp += bs;
+    }
+  }
+  if constexpr (kSets == 2) {
+    if (p < kc) {
+      VF bv[kCols];
+#pragma GCC unroll 4
+      for (size_t v = 0; v < kCols; ++v) bv[v] = hn::LoadU(d, bp + v * kN);
+#pragma GCC unroll 16
+      for (size_t r = 0; r < kRows; ++r) {
+        const VF av = hn::Set(d, ap[r]);
+#pragma GCC unroll 4
+        for (size_t v = 0; v < kCols; ++v) acc[0][r][v] = hn::MulAdd(av, bv[v], acc[0][r][v]);
+      }
+    }
+#pragma GCC unroll 16
+    for (size_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+      for (size_t v = 0; v < kCols; ++v) acc[0][r][v] = hn::Add(acc[0][r][v], acc[1][r][v]);
+    }
+  }
+  if (ncols == kCols * kN) {
+#pragma GCC unroll 16
+    for (size_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+      for (size_t v = 0; v < kCols; ++v) {
+        float* cp = c + static_cast<ptrdiff_t>(r) * ldc + v * kN;
+        hn::StoreU(add ? hn::Add(hn::LoadU(d, cp), acc[0][r][v]) : acc[0][r][v], d, cp);
+      }
+    }
+    return;
+  }
+  HWY_ALIGN float tmp[kCols * kN];
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t v = 0; v < kCols; ++v) hn::Store(acc[0][r][v], d, tmp + v * kN);
+    float* cr = c + static_cast<ptrdiff_t>(r) * ldc;
+    if (add) {
+      for (size_t j = 0; j < ncols; ++j) cr[j] += tmp[j];
+    } else {
+      for (size_t j = 0; j < ncols; ++j) cr[j] = tmp[j];
+    }
+  }
+}
+
+using KernelFn = void (*)(size_t, const float*, const float*, ptrdiff_t, float*, ptrdiff_t, bool,
+                          size_t);
+
+template <size_t kCols, size_t... I>
+constexpr std::array<KernelFn, sizeof...(I)> MakeKernels(std::index_sequence<I...>) {
+  return {&Kernel<I + 1, kCols>...};
+}
+// kKernels[v - 1][rows - 1]: the kernel for `rows` rows and v vectors of columns.
+const std::array<KernelFn, kMR> kKernels[2] = {
+    MakeKernels<1>(std::make_index_sequence<kMR>()),
+    MakeKernels<kNV>(std::make_index_sequence<kMR>()),
+};
+
+// Element converters for packing.
+struct ConvF32 {
+  float operator()(float x) const { return x; }
+};
+struct ConvF16 {
+  float operator()(uint16_t x) const { return f16_bits_to_f32(x); }
+};
+struct ConvBF16 {
+  float operator()(uint16_t x) const { return bf16_bits_to_f32(x); }
+};
+
+// Packs rows [0, m) x columns [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into MR-row
+// panels. Rows past m in the last panel are left unset (the kernel for the last panel reads only
+// its rows).
+template <typename T, class Conv>
+void PackA(size_t m, size_t kc, const T* a, ptrdiff_t rs, ptrdiff_t cs, float* HWY_RESTRICT dst,
+           Conv conv) {
+  for (size_t i0 = 0; i0 < m; i0 += kMR) {
+    const size_t rows = std::min(kMR, m - i0);
+    float* panel = dst + i0 * kc;
+    const T* src = a + static_cast<ptrdiff_t>(i0) * rs;
+    if (std::abs(cs) <= std::abs(rs) && cs != 0) {
+      // Rows contiguous (or nearly): read along p.
+      for (size_t r = 0; r < rows; ++r) {
+        const T* s = src + static_cast<ptrdiff_t>(r) * rs;
+        for (size_t p = 0; p < kc; ++p)
+          panel[p * kMR + r] = conv(s[static_cast<ptrdiff_t>(p) * cs]);
+      }
+    } else {
+      for (size_t p = 0; p < kc; ++p) {
+        const T* s = src + static_cast<ptrdiff_t>(p) * cs;
+        for (size_t r = 0; r < rows; ++r)
+          panel[p * kMR + r] = conv(s[static_cast<ptrdiff_t>(r) * rs]);
+      }
+    }
+  }
+}
+
+// Packs rows [0, kc) x columns [0, n) of B (element (p, j) at b[p * rs + j * cs]) into NR-column
+// panels, zero-padding the columns past n.
+template <typename T, class Conv>
+void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* HWY_RESTRICT dst,
+           Conv conv) {
+  for (size_t j0 = 0; j0 < n; j0 += kNR) {
+    const size_t cols = std::min(kNR, n - j0);
+    float* panel = dst + j0 * kc;
+    const T* src = b + static_cast<ptrdiff_t>(j0) * cs;
+    if constexpr (std::is_same_v<T, float>) {
+      if (cs == 1) {
+        for (size_t p = 0; p < kc; ++p) {
+          float* out = panel + p * kNR;
+          std::memcpy(out, src + static_cast<ptrdiff_t>(p) * rs, cols * sizeof(float));
+          for (size_t j = cols; j < kNR; ++j) out[j] = 0.0f;
+        }
+        continue;
+      }
+    }
+    if (std::abs(cs) <= std::abs(rs) && cs != 0) {
+      for (size_t p = 0; p < kc; ++p) {
+        float* out = panel + p * kNR;
+        const T* s = src + static_cast<ptrdiff_t>(p) * rs;
+        for (size_t j = 0; j < cols; ++j) out[j] = conv(s[static_cast<ptrdiff_t>(j) * cs]);
+        for (size_t j = cols; j < kNR; ++j) out[j] = 0.0f;
+      }
+    } else {
+      if (cols < kNR) {
+        for (size_t p = 0; p < kc; ++p) {
+          for (size_t j = cols; j < kNR; ++j) panel[p * kNR + j] = 0.0f;
+        }
+      }
+      for (size_t j = 0; j < cols; ++j) {
+        const T* s = src + static_cast<ptrdiff_t>(j) * cs;
+        for (size_t p = 0; p < kc; ++p)
+          panel[p * kNR + j] = conv(s[static_cast<ptrdiff_t>(p) * rs]);
+      }
+    }
+  }
+}
+
+template <typename T, class Conv>
+void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const T* b,
+              ptrdiff_t b_rs, ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate, Conv conv) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) {
+      for (size_t i = 0; i < m; ++i) std::fill_n(c + static_cast<ptrdiff_t>(i) * ldc, n, 0.0f);
+    }
+    return;
+  }
+  // Equal K blocks of at most kKC.
+  const size_t kblocks = (k + kKC - 1) / kKC;
+  const size_t kc_max = (k + kblocks - 1) / kblocks;
+  const size_t m_panels = (m + kMR - 1) / kMR;
+  // A single A panel does not reuse B: read contiguous f32 B rows in place instead of packing.
+  const bool direct_b = std::is_same_v<T, float> && b_cs == 1 && m <= kMR;
+  const size_t nc_max = std::min(n, kNC);
+  float* abuf = gemm_detail::scratch(0, m_panels * kMR * kc_max);
+  float* bbuf = gemm_detail::scratch(1, (direct_b ? 1 : (nc_max + kNR - 1) / kNR) * kNR * kc_max);
+
+  for (size_t jc = 0; jc < n; jc += kNC) {
+    const size_t nb = std::min(kNC, n - jc);
+    const size_t full = nb / kNR * kNR;
+    for (size_t pc = 0; pc < k; pc += kc_max) {
+      const size_t kc = std::min(kc_max, k - pc);
+      const bool add = accumulate || pc > 0;
+      const T* bblk = b + static_cast<ptrdiff_t>(pc) * b_rs + static_cast<ptrdiff_t>(jc) * b_cs;
+      if (!direct_b) {
+        PackB(kc, nb, bblk, b_rs, b_cs, bbuf, conv);
+      } else if (full < nb) {
+        PackB(kc, nb - full, bblk + full, b_rs, b_cs, bbuf, conv);
+      }
+      PackA(m, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, abuf, conv);
+      for (size_t ip = 0; ip < m_panels; ++ip) {
+        const size_t rows = std::min(kMR, m - ip * kMR);
+        const KernelFn wide = kKernels[1][rows - 1];
+        const KernelFn narrow = kKernels[0][rows - 1];
+        const float* ap = abuf + ip * kMR * kc;
+        float* crow = c + static_cast<ptrdiff_t>(ip * kMR) * ldc + static_cast<ptrdiff_t>(jc);
+        for (size_t j0 = 0; j0 < nb; j0 += kNR) {
+          const size_t cols = std::min(kNR, nb - j0);
+          const float* bp;
+          ptrdiff_t bs;
+          if (direct_b) {
+            if (j0 < full) {
+              // T is float here (direct_b).
+              bp = reinterpret_cast<const float*>(bblk) + j0;
+              bs = b_rs;
+            } else {
+              bp = bbuf;
+              bs = kNR;
+            }
+          } else {
+            bp = bbuf + j0 * kc;
+            bs = kNR;
+          }
+          (cols <= kN ? narrow : wide)(kc, ap, bp, bs, crow + j0, ldc, add, cols);
+        }
+      }
+    }
+  }
+}
+
+void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+             const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
+  GemmImpl<float>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate, ConvF32());
+}
+
+void GemmHalf(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+              int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
+              bool accumulate) {
+  if (in_type == DType::kF16) {
+    GemmImpl<uint16_t>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate, ConvF16());
+  } else {
+    GemmImpl<uint16_t>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate, ConvBF16());
+  }
+}
+
+GemmTile MicroTile() {
+  return {static_cast<int64_t>(kMR), static_cast<int64_t>(kNR)};
+}
+GemmTile PreferredTile() {
+  return {static_cast<int64_t>(kTileM), 256};
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dvm::vm::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dvm::vm::cpu {
+
+HWY_EXPORT(GemmF32);
+HWY_EXPORT(GemmHalf);
+HWY_EXPORT(MicroTile);
+HWY_EXPORT(PreferredTile);
+
+namespace gemm_detail {
+
+float* scratch(int slot, size_t floats) {
+  struct Buffer {
+    float* data = nullptr;
+    size_t size = 0;
+    ~Buffer() { ::operator delete (data, std::align_val_t{64}); }
+  };
+  thread_local Buffer buffers[2];
+  Buffer& buf = buffers[slot];
+  if (buf.size < floats) {
+    ::operator delete (buf.data, std::align_val_t{64});
+    buf.data = nullptr;
+    const size_t size = std::max(floats, buf.size * 3 / 2);
+    buf.data = static_cast<float*>(::operator new (size * sizeof(float), std::align_val_t{64}));
+    buf.size = size;
+  }
+  return buf.data;
+}
+
+}  // namespace gemm_detail
+
+void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+              const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmF32)
+  (m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+}
+
+void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+               int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
+               bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmHalf)
+  (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+}
+
+GemmTile gemm_preferred_tile() {
+  return HWY_DYNAMIC_DISPATCH(PreferredTile)();
+}
+GemmTile gemm_micro_tile() {
+  return HWY_DYNAMIC_DISPATCH(MicroTile)();
+}
+
+}  // namespace dvm::vm::cpu
+#endif  // HWY_ONCE

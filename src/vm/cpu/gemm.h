@@ -1,0 +1,39 @@
+// GEMM core of the CPU VM's MatMul instruction: one call per output tile, single-threaded (the
+// VM parallelises over output tiles). Classic packed GEMM (Goto/BLIS): K is blocked, the A
+// block is packed into MR-row panels and the B block into NR-column panels (packing handles any
+// strides, converts f16/bf16 to f32 and zero-pads edges), and a register-tile micro-kernel
+// (Highway FMA, dynamically dispatched: MR x NR = 14 x 32 on AVX-512, 6 x 16 on AVX2, 6 x 8 on
+// SSE4) computes each MR x NR tile of C. Skinny products (m <= MR, B with contiguous columns)
+// read B in place instead of packing it.
+#pragma once
+
+#include <cstdint>
+
+#include "dvm/dtype.h"
+
+namespace dvm::vm::cpu {
+
+// C[i, j] (+)= sum_p A[i, p] * B[p, j] for i < m, j < n, p < k. Element (i, p) of A is at
+// a[i * a_rs + p * a_cs] (any strides, so transposed/broadcast operands need no copy), B
+// likewise, C row-major with row stride ldc (contiguous columns). accumulate=false overwrites C
+// (also when k == 0: C is zeroed). m, n up to a few hundred (one VM tile), k any size. Products
+// are summed in f32 in a fixed order for given (m, n, k) and strides.
+void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+              const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate);
+
+// Same with f16 or bf16 inputs (DType kF16/kBF16 bits as uint16_t), f32 accumulation and f32 C.
+void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+               int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
+               bool accumulate);
+
+// The output tile sizes the kernel is fastest at (multiples of the micro-tile MR x NR of the
+// dispatched target); the encoder picks the VM's output tile from them.
+struct GemmTile {
+  int64_t m, n;
+};
+GemmTile gemm_preferred_tile();
+
+// The micro-tile of the dispatched target (MR rows x NR columns), for tests and benchmarks.
+GemmTile gemm_micro_tile();
+
+}  // namespace dvm::vm::cpu

@@ -1,0 +1,258 @@
+// The GEMM core (src/vm/cpu/gemm.h) against a naive double-accumulated triple loop: shapes around
+// the micro-tile edges, primes, transposed and broadcast operands, accumulate on/off, f16 and
+// bf16 inputs, and one large case.
+#include "vm/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "vm/scalar_ops.h"
+
+namespace dvm::vm::cpu {
+namespace {
+
+// An operand: `rows` x `cols` logical elements at data[i * rs + j * cs].
+struct Operand {
+  std::vector<float> data;
+  int64_t rs = 0, cs = 0;
+  float at(int64_t i, int64_t j) const { return data[static_cast<size_t>(i * rs + j * cs)]; }
+};
+
+enum class Layout { kRowMajor, kTransposed, kBroadcastRows, kBroadcastCols, kPadded };
+
+Operand make_operand(int64_t rows, int64_t cols, Layout layout, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Operand o;
+  size_t size = 0;
+  switch (layout) {
+    case Layout::kRowMajor:
+      o.rs = cols, o.cs = 1, size = static_cast<size_t>(rows * cols);
+      break;
+    case Layout::kTransposed:
+      o.rs = 1, o.cs = rows, size = static_cast<size_t>(rows * cols);
+      break;
+    case Layout::kBroadcastRows:  // every row the same
+      o.rs = 0, o.cs = 1, size = static_cast<size_t>(cols);
+      break;
+    case Layout::kBroadcastCols:  // every column the same
+      o.rs = 1, o.cs = 0, size = static_cast<size_t>(rows);
+      break;
+    case Layout::kPadded:  // row-major with a row stride larger than the row, odd column stride
+      o.rs = cols * 2 + 3, o.cs = 2, size = static_cast<size_t>(rows * (cols * 2 + 3));
+      break;
+  }
+  o.data.resize(std::max<size_t>(size, 1));
+  for (float& x : o.data) x = dist(rng);
+  return o;
+}
+
+const char* name(Layout l) {
+  switch (l) {
+    case Layout::kRowMajor:
+      return "row";
+    case Layout::kTransposed:
+      return "trans";
+    case Layout::kBroadcastRows:
+      return "bcast_rows";
+    case Layout::kBroadcastCols:
+      return "bcast_cols";
+    case Layout::kPadded:
+      return "padded";
+  }
+  return "?";
+}
+
+// C (m x n, row stride ldc) vs reference; c0 holds C before the call (for accumulate).
+void check(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b,
+           const std::vector<float>& c0, const std::vector<float>& c, int64_t ldc, bool accumulate,
+           double rel_tol, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = accumulate ? c0[static_cast<size_t>(i * ldc + j)] : 0.0;
+      double mag = std::abs(ref);
+      for (int64_t p = 0; p < k; ++p) {
+        const double prod = static_cast<double>(a.at(i, p)) * b.at(p, j);
+        ref += prod;
+        mag += std::abs(prod);
+      }
+      const double got = c[static_cast<size_t>(i * ldc + j)];
+      const double tol =
+          rel_tol * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1))) * mag + 1e-30;
+      if (!(std::abs(got - ref) <= tol)) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << what << ": C[" << i << "," << j << "] = " << got << ", want " << ref
+                        << " (tol " << tol << ")";
+        }
+      }
+    }
+  }
+  // Padding columns of C past n are untouched.
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = n; j < ldc; ++j) {
+      const size_t idx = static_cast<size_t>(i * ldc + j);
+      if (c[idx] != c0[idx]) {
+        if (++bad <= 5) ADD_FAILURE() << what << ": padding C[" << i << "," << j << "] written";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+void run_f32(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool accumulate,
+             std::mt19937& rng) {
+  const Operand a = make_operand(m, k, la, rng);
+  const Operand b = make_operand(k, n, lb, rng);
+  const int64_t ldc = n + 3;
+  std::vector<float> c0(static_cast<size_t>(std::max<int64_t>(m * ldc, 1)));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& x : c0) x = dist(rng);
+  std::vector<float> c = c0;
+  gemm_f32(m, n, k, a.data.data(), a.rs, a.cs, b.data.data(), b.rs, b.cs, c.data(), ldc,
+           accumulate);
+  char what[160];
+  std::snprintf(what, sizeof(what), "f32 m=%lld n=%lld k=%lld A=%s B=%s acc=%d",
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                name(la), name(lb), accumulate ? 1 : 0);
+  check(m, n, k, a, b, c0, c, ldc, accumulate, 1e-6, what);
+}
+
+TEST(Gemm, MicroTile) {
+  const GemmTile mt = gemm_micro_tile();
+  const GemmTile pt = gemm_preferred_tile();
+  EXPECT_GT(mt.m, 0);
+  EXPECT_GT(mt.n, 0);
+  EXPECT_EQ(pt.m % mt.m, 0);
+  EXPECT_EQ(pt.n % mt.n, 0);
+  std::printf("micro-tile %lld x %lld, preferred tile %lld x %lld\n", static_cast<long long>(mt.m),
+              static_cast<long long>(mt.n), static_cast<long long>(pt.m),
+              static_cast<long long>(pt.n));
+}
+
+TEST(Gemm, ZeroSizes) {
+  std::mt19937 rng(1);
+  for (int64_t m : {0, 1, 5})
+    for (int64_t n : {0, 1, 7})
+      for (int64_t k : {0, 1, 3})
+        for (bool acc : {false, true})
+          run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, acc, rng);
+  // k = 0 without accumulate writes zeros, with accumulate leaves C.
+  std::vector<float> c(12, 5.0f);
+  gemm_f32(3, 4, 0, nullptr, 0, 0, nullptr, 0, 0, c.data(), 4, true);
+  for (float x : c) EXPECT_EQ(x, 5.0f);
+  gemm_f32(3, 4, 0, nullptr, 0, 0, nullptr, 0, 0, c.data(), 4, false);
+  for (float x : c) EXPECT_EQ(x, 0.0f);
+  // m or n = 0 touches nothing.
+  gemm_f32(0, 4, 3, nullptr, 0, 0, nullptr, 0, 0, nullptr, 4, false);
+  gemm_f32(3, 0, 3, nullptr, 0, 0, nullptr, 0, 0, nullptr, 4, false);
+}
+
+TEST(Gemm, SkinnyRows) {
+  std::mt19937 rng(2);
+  for (int64_t m = 1; m <= 17; ++m)
+    for (int64_t n : {1, 8, 16, 17, 31, 32, 33, 64, 100})
+      for (int64_t k : {1, 7, 64, 257})
+        run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, m % 2 == 0, rng);
+}
+
+TEST(Gemm, Primes) {
+  std::mt19937 rng(3);
+  const int64_t primes[] = {2, 3, 5, 13, 29, 31, 37, 61, 97, 131};
+  for (int64_t m : primes)
+    for (int64_t n : primes)
+      for (int64_t k : {1, 13, 97, 263, 521})
+        run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, (m + n + k) % 2 == 0, rng);
+}
+
+TEST(Gemm, Layouts) {
+  std::mt19937 rng(4);
+  const Layout layouts[] = {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastRows,
+                            Layout::kBroadcastCols, Layout::kPadded};
+  for (Layout la : layouts)
+    for (Layout lb : layouts)
+      for (int64_t m : {1, 3, 14, 15, 29})
+        for (int64_t n : {1, 16, 33, 70})
+          for (bool acc : {false, true}) run_f32(m, n, 300, la, lb, acc, rng);
+}
+
+TEST(Gemm, Medium) {
+  std::mt19937 rng(5);
+  run_f32(100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+  run_f32(100, 300, 257, Layout::kTransposed, Layout::kTransposed, true, rng);
+  // More than one column block (NC) and several K blocks.
+  run_f32(37, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, true, rng);
+  run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+  run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kTransposed, false, rng);
+}
+
+TEST(Gemm, Large) {
+  std::mt19937 rng(6);
+  run_f32(384, 768, 768, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+}
+
+// Half inputs: the operands are rounded to f16 / bf16; the reference uses the rounded values.
+void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool accumulate,
+              std::mt19937& rng) {
+  Operand a = make_operand(m, k, la, rng);
+  Operand b = make_operand(k, n, lb, rng);
+  const auto to_bits = [t](float x) {
+    return t == DType::kF16 ? f32_to_f16_bits(x) : f32_to_bf16_bits(x);
+  };
+  const auto from_bits = [t](uint16_t x) {
+    return t == DType::kF16 ? f16_bits_to_f32(x) : bf16_bits_to_f32(x);
+  };
+  std::vector<uint16_t> ah(a.data.size()), bh(b.data.size());
+  for (size_t i = 0; i < ah.size(); ++i) a.data[i] = from_bits(ah[i] = to_bits(a.data[i]));
+  for (size_t i = 0; i < bh.size(); ++i) b.data[i] = from_bits(bh[i] = to_bits(b.data[i]));
+  const int64_t ldc = n + 1;
+  std::vector<float> c0(static_cast<size_t>(std::max<int64_t>(m * ldc, 1)), 0.5f);
+  std::vector<float> c = c0;
+  gemm_half(t, m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.rs, b.cs, c.data(), ldc, accumulate);
+  char what[160];
+  std::snprintf(what, sizeof(what), "%s m=%lld n=%lld k=%lld A=%s B=%s acc=%d",
+                t == DType::kF16 ? "f16" : "bf16", static_cast<long long>(m),
+                static_cast<long long>(n), static_cast<long long>(k), name(la), name(lb),
+                accumulate ? 1 : 0);
+  check(m, n, k, a, b, c0, c, ldc, accumulate, 1e-6, what);
+}
+
+TEST(Gemm, Half) {
+  std::mt19937 rng(7);
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (Layout la : {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastRows})
+      for (Layout lb : {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastCols})
+        for (int64_t m : {0, 1, 4, 17})
+          for (int64_t n : {1, 33})
+            for (bool acc : {false, true}) run_half(t, m, n, 291, la, lb, acc, rng);
+  run_half(DType::kBF16, 100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+}
+
+// Special values in packed positions: an Inf in A poisons exactly its row, a NaN in B its column.
+TEST(Gemm, SpecialValues) {
+  const int64_t m = 20, n = 40, k = 30;
+  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f);
+  a[static_cast<size_t>(3 * k + 5)] = INFINITY;
+  b[static_cast<size_t>(7 * n + 33)] = NAN;
+  std::vector<float> c(static_cast<size_t>(m * n));
+  gemm_f32(m, n, k, a.data(), k, 1, b.data(), n, 1, c.data(), n, false);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = c[static_cast<size_t>(i * n + j)];
+      if (j == 33) {
+        EXPECT_TRUE(std::isnan(x)) << i << "," << j;
+      } else if (i == 3) {
+        EXPECT_EQ(x, INFINITY) << i << "," << j;
+      } else {
+        EXPECT_EQ(x, static_cast<float>(k)) << i << "," << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dvm::vm::cpu
