@@ -3,7 +3,8 @@
 # is missing. Must run as root, or as a user with password-less sudo.
 set -euo pipefail
 
-PACKAGES=(cmake ninja-build g++ pkg-config libhwy-dev libgtest-dev libbenchmark-dev clang-format)
+PACKAGES=(cmake ninja-build g++ pkg-config libhwy-dev libgtest-dev libbenchmark-dev clang-format
+  libopenblas-dev)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
