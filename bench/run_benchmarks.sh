@@ -124,8 +124,36 @@ if vm:
             print(f"{wl:<12}{n:>12}" + "".join(f"{fmt(c):>12}" for c in cells)
                   + f"{fmt(err, '{:.1e}'):>12}")
 
-failed = [(k, b.get("error_message", "")) for runs in (enc, vm) for k, b in runs.items()
-          if b.get("error_occurred")]
+# Any other *_bench binary: its medians as they are (time, throughput and counters).
+others = {}
+for f in sorted(os.listdir(out)):
+    name = f[:-5] if f.endswith(".json") else None
+    if name and name not in ("encode_bench", "vm_bench"):
+        others[name] = load(name)
+skip = {"name", "run_name", "run_type", "family_index", "per_family_instance_index",
+        "repetitions", "repetition_index", "threads", "iterations", "aggregate_name",
+        "aggregate_unit", "cpu_time", "real_time", "time_unit", "error_occurred", "error_message"}
+for name, runs in others.items():
+    if not runs:
+        continue
+    print(f"\n## {name}")
+    for k, b in runs.items():
+        if b.get("error_occurred"):
+            continue
+        extra = []
+        for c, v in b.items():
+            if c in skip or not isinstance(v, (int, float)):
+                continue
+            if c == "bytes_per_second":
+                extra.append(f"{v / 1e9:.2f} GB/s")
+            elif c == "items_per_second":
+                extra.append(f"{v / 1e9:.3f} G items/s")
+            else:
+                extra.append(f"{c}={v:.4g}")
+        print(f"{k:<48}{b['real_time']:>12.1f} {b['time_unit']}  " + "  ".join(extra))
+
+failed = [(k, b.get("error_message", "")) for runs in [enc, vm, *others.values()]
+          for k, b in runs.items() if b.get("error_occurred")]
 if failed:
     print("\n## Failed benchmarks")
     for k, msg in failed:
