@@ -164,16 +164,71 @@ struct ConvBF16 {
   float operator()(uint16_t x) const { return bf16_bits_to_f32(x); }
 };
 
-// Packs rows [0, m) x columns [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into MR-row
-// panels. Rows past m in the last panel are left unset (the kernel for the last panel reads only
-// its rows).
+#if HWY_TARGET != HWY_SCALAR
+// One A panel from `rows` <= MR row-major f32 rows (row r at src + r * rs, contiguous along p):
+// 4 x 4 blocks are transposed in registers (128-bit vectors exist on every target).
+HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t rs,
+                            float* HWY_RESTRICT panel) {
+  const hn::Full128<float> d4;
+  const size_t kc4 = kc & ~size_t{3};
+  size_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* s0 = src + static_cast<ptrdiff_t>(r) * rs;
+    const float* s1 = s0 + rs;
+    const float* s2 = s1 + rs;
+    const float* s3 = s2 + rs;
+    float* out = panel + r;
+    for (size_t p = 0; p < kc4; p += 4) {
+      const auto r0 = hn::LoadU(d4, s0 + p), r1 = hn::LoadU(d4, s1 + p);
+      const auto r2 = hn::LoadU(d4, s2 + p), r3 = hn::LoadU(d4, s3 + p);
+      const auto t0 = hn::InterleaveLower(d4, r0, r1), t1 = hn::InterleaveLower(d4, r2, r3);
+      const auto t2 = hn::InterleaveUpper(d4, r0, r1), t3 = hn::InterleaveUpper(d4, r2, r3);
+      hn::StoreU(hn::ConcatLowerLower(d4, t1, t0), d4, out + (p + 0) * kMR);
+      hn::StoreU(hn::ConcatUpperUpper(d4, t1, t0), d4, out + (p + 1) * kMR);
+      hn::StoreU(hn::ConcatLowerLower(d4, t3, t2), d4, out + (p + 2) * kMR);
+      hn::StoreU(hn::ConcatUpperUpper(d4, t3, t2), d4, out + (p + 3) * kMR);
+    }
+    for (size_t p = kc4; p < kc; ++p) {
+      out[p * kMR + 0] = s0[p];
+      out[p * kMR + 1] = s1[p];
+      out[p * kMR + 2] = s2[p];
+      out[p * kMR + 3] = s3[p];
+    }
+  }
+  for (; r < rows; ++r) {
+    const float* s = src + static_cast<ptrdiff_t>(r) * rs;
+    for (size_t p = 0; p < kc; ++p) panel[p * kMR + r] = s[p];
+  }
+}
+#endif
+
+// The rows of A split into panels of at most MR rows, balanced (16 rows on AVX-512: 8 + 8, not
+// 14 + 2: an 8-row kernel is far more efficient than a 2-row one).
+struct Panels {
+  size_t count, base, extra;  // panel i has base + (i < extra) rows
+  explicit Panels(size_t m) : count((m + kMR - 1) / kMR), base(m / count), extra(m % count) {}
+  size_t rows(size_t i) const { return base + (i < extra ? 1 : 0); }
+  size_t start(size_t i) const { return i * base + std::min(i, extra); }
+};
+
+// Packs columns [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into the panels of `pan`,
+// panel i at dst + i * MR * kc. Rows past a panel's row count are left unset (its kernel reads
+// only its rows).
 template <typename T, class Conv>
-void PackA(size_t m, size_t kc, const T* a, ptrdiff_t rs, ptrdiff_t cs, float* HWY_RESTRICT dst,
-           Conv conv) {
-  for (size_t i0 = 0; i0 < m; i0 += kMR) {
-    const size_t rows = std::min(kMR, m - i0);
-    float* panel = dst + i0 * kc;
-    const T* src = a + static_cast<ptrdiff_t>(i0) * rs;
+void PackA(const Panels& pan, size_t kc, const T* a, ptrdiff_t rs, ptrdiff_t cs,
+           float* HWY_RESTRICT dst, Conv conv) {
+  for (size_t i = 0; i < pan.count; ++i) {
+    const size_t rows = pan.rows(i);
+    float* panel = dst + i * kMR * kc;
+    const T* src = a + static_cast<ptrdiff_t>(pan.start(i)) * rs;
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<T, float>) {
+      if (cs == 1) {
+        PackRowsF32(rows, kc, src, rs, panel);
+        continue;
+      }
+    }
+#endif
     if (std::abs(cs) <= std::abs(rs) && cs != 0) {
       // Rows contiguous (or nearly): read along p.
       for (size_t r = 0; r < rows; ++r) {
@@ -201,11 +256,14 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
     float* panel = dst + j0 * kc;
     const T* src = b + static_cast<ptrdiff_t>(j0) * cs;
     if constexpr (std::is_same_v<T, float>) {
-      if (cs == 1) {
+      if (cs == 1 && cols == kNR) {
+        // Vector copies (a small memcpy would become `rep movs`, slow at this size).
+        const DF d;
         for (size_t p = 0; p < kc; ++p) {
+          const float* s = src + static_cast<ptrdiff_t>(p) * rs;
           float* out = panel + p * kNR;
-          std::memcpy(out, src + static_cast<ptrdiff_t>(p) * rs, cols * sizeof(float));
-          for (size_t j = cols; j < kNR; ++j) out[j] = 0.0f;
+#pragma GCC unroll 4
+          for (size_t v = 0; v < kNV; ++v) hn::Store(hn::LoadU(d, s + v * kN), d, out + v * kN);
         }
         continue;
       }
@@ -245,11 +303,12 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
   // Equal K blocks of at most kKC.
   const size_t kblocks = (k + kKC - 1) / kKC;
   const size_t kc_max = (k + kblocks - 1) / kblocks;
-  const size_t m_panels = (m + kMR - 1) / kMR;
-  // A single A panel does not reuse B: read contiguous f32 B rows in place instead of packing.
-  const bool direct_b = std::is_same_v<T, float> && b_cs == 1 && m <= kMR;
+  const Panels pan(m);
+  // Few A panels reuse B little: read contiguous f32 B rows in place instead of packing them,
+  // B panel by B panel (each stays in L1/L2 while the A panels pass over it).
+  const bool direct_b = std::is_same_v<T, float> && b_cs == 1 && pan.count <= 2;
   const size_t nc_max = std::min(n, kNC);
-  float* abuf = gemm_detail::scratch(0, m_panels * kMR * kc_max);
+  float* abuf = gemm_detail::scratch(0, pan.count * kMR * kc_max);
   float* bbuf = gemm_detail::scratch(1, (direct_b ? 1 : (nc_max + kNR - 1) / kNR) * kNR * kc_max);
 
   for (size_t jc = 0; jc < n; jc += kNC) {
@@ -259,36 +318,29 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       const size_t kc = std::min(kc_max, k - pc);
       const bool add = accumulate || pc > 0;
       const T* bblk = b + static_cast<ptrdiff_t>(pc) * b_rs + static_cast<ptrdiff_t>(jc) * b_cs;
-      if (!direct_b) {
-        PackB(kc, nb, bblk, b_rs, b_cs, bbuf, conv);
-      } else if (full < nb) {
-        PackB(kc, nb - full, bblk + full, b_rs, b_cs, bbuf, conv);
-      }
-      PackA(m, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, abuf, conv);
-      for (size_t ip = 0; ip < m_panels; ++ip) {
-        const size_t rows = std::min(kMR, m - ip * kMR);
-        const KernelFn wide = kKernels[1][rows - 1];
-        const KernelFn narrow = kKernels[0][rows - 1];
-        const float* ap = abuf + ip * kMR * kc;
-        float* crow = c + static_cast<ptrdiff_t>(ip * kMR) * ldc + static_cast<ptrdiff_t>(jc);
+      float* cblk = c + static_cast<ptrdiff_t>(jc);
+      PackA(pan, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, abuf, conv);
+      // One micro-kernel call: A panel ip x the B panel at bp (row stride bs), columns j0...
+      const auto tile = [&](size_t ip, size_t j0, const float* bp, ptrdiff_t bs) {
+        const size_t rows = pan.rows(ip);
+        const size_t cols = std::min(kNR, nb - j0);
+        const KernelFn fn = kKernels[cols <= kN ? 0 : 1][rows - 1];
+        fn(kc, abuf + ip * kMR * kc, bp, bs,
+           cblk + static_cast<ptrdiff_t>(pan.start(ip)) * ldc + static_cast<ptrdiff_t>(j0), ldc,
+           add, cols);
+      };
+      if (direct_b) {
+        if (full < nb) PackB(kc, nb - full, bblk + full, b_rs, b_cs, bbuf, conv);
         for (size_t j0 = 0; j0 < nb; j0 += kNR) {
-          const size_t cols = std::min(kNR, nb - j0);
-          const float* bp;
-          ptrdiff_t bs;
-          if (direct_b) {
-            if (j0 < full) {
-              // T is float here (direct_b).
-              bp = reinterpret_cast<const float*>(bblk) + j0;
-              bs = b_rs;
-            } else {
-              bp = bbuf;
-              bs = kNR;
-            }
-          } else {
-            bp = bbuf + j0 * kc;
-            bs = kNR;
-          }
-          (cols <= kN ? narrow : wide)(kc, ap, bp, bs, crow + j0, ldc, add, cols);
+          // T is float here (direct_b).
+          const float* bp = j0 < full ? reinterpret_cast<const float*>(bblk) + j0 : bbuf;
+          const ptrdiff_t bs = j0 < full ? b_rs : static_cast<ptrdiff_t>(kNR);
+          for (size_t ip = 0; ip < pan.count; ++ip) tile(ip, j0, bp, bs);
+        }
+      } else {
+        PackB(kc, nb, bblk, b_rs, b_cs, bbuf, conv);
+        for (size_t ip = 0; ip < pan.count; ++ip) {
+          for (size_t j0 = 0; j0 < nb; j0 += kNR) tile(ip, j0, bbuf + j0 * kc, kNR);
         }
       }
     }
