@@ -4,6 +4,7 @@
 #include "vm/cpu/gemm.h"
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdio>
@@ -104,6 +105,19 @@ void check(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b,
   EXPECT_EQ(bad, 0) << what;
 }
 
+// Runs f once per SIMD target this machine supports (the dispatched GEMM is compiled for SSE4,
+// AVX2, AVX3 and the portable EMU128 fallback; SSSE3 and AVX3_DL are not compiled).
+template <class F>
+void for_each_target(F f) {
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (t == HWY_SSSE3 || t == HWY_AVX3_DL) continue;
+    hwy::SetSupportedTargetsForTest(t);
+    SCOPED_TRACE(hwy::TargetName(t));
+    f();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 void run_f32(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool accumulate,
              std::mt19937& rng) {
   const Operand a = make_operand(m, k, la, rng);
@@ -123,71 +137,84 @@ void run_f32(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool accumul
 }
 
 TEST(Gemm, MicroTile) {
-  const GemmTile mt = gemm_micro_tile();
-  const GemmTile pt = gemm_preferred_tile();
-  EXPECT_GT(mt.m, 0);
-  EXPECT_GT(mt.n, 0);
-  EXPECT_EQ(pt.m % mt.m, 0);
-  EXPECT_EQ(pt.n % mt.n, 0);
-  std::printf("micro-tile %lld x %lld, preferred tile %lld x %lld\n", static_cast<long long>(mt.m),
-              static_cast<long long>(mt.n), static_cast<long long>(pt.m),
-              static_cast<long long>(pt.n));
+  for_each_target([&] {
+    const GemmTile mt = gemm_micro_tile();
+    const GemmTile pt = gemm_preferred_tile();
+    EXPECT_GT(mt.m, 0);
+    EXPECT_GT(mt.n, 0);
+    EXPECT_EQ(pt.m % mt.m, 0);
+    EXPECT_EQ(pt.n % mt.n, 0);
+    std::printf("%s: micro-tile %lld x %lld, preferred tile %lld x %lld\n",
+                hwy::TargetName(hwy::SupportedTargets() & ~(hwy::SupportedTargets() - 1)),
+                static_cast<long long>(mt.m), static_cast<long long>(mt.n),
+                static_cast<long long>(pt.m), static_cast<long long>(pt.n));
+  });
 }
 
 TEST(Gemm, ZeroSizes) {
-  std::mt19937 rng(1);
-  for (int64_t m : {0, 1, 5})
-    for (int64_t n : {0, 1, 7})
-      for (int64_t k : {0, 1, 3})
-        for (bool acc : {false, true})
-          run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, acc, rng);
-  // k = 0 without accumulate writes zeros, with accumulate leaves C.
-  std::vector<float> c(12, 5.0f);
-  gemm_f32(3, 4, 0, nullptr, 0, 0, nullptr, 0, 0, c.data(), 4, true);
-  for (float x : c) EXPECT_EQ(x, 5.0f);
-  gemm_f32(3, 4, 0, nullptr, 0, 0, nullptr, 0, 0, c.data(), 4, false);
-  for (float x : c) EXPECT_EQ(x, 0.0f);
-  // m or n = 0 touches nothing.
-  gemm_f32(0, 4, 3, nullptr, 0, 0, nullptr, 0, 0, nullptr, 4, false);
-  gemm_f32(3, 0, 3, nullptr, 0, 0, nullptr, 0, 0, nullptr, 4, false);
+  for_each_target([&] {
+    std::mt19937 rng(1);
+    for (int64_t m : {0, 1, 5})
+      for (int64_t n : {0, 1, 7})
+        for (int64_t k : {0, 1, 3})
+          for (bool acc : {false, true})
+            run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, acc, rng);
+    // k = 0 without accumulate writes zeros, with accumulate leaves C.
+    std::vector<float> c(12, 5.0f);
+    gemm_f32(3, 4, 0, nullptr, 0, 0, nullptr, 0, 0, c.data(), 4, true);
+    for (float x : c) EXPECT_EQ(x, 5.0f);
+    gemm_f32(3, 4, 0, nullptr, 0, 0, nullptr, 0, 0, c.data(), 4, false);
+    for (float x : c) EXPECT_EQ(x, 0.0f);
+    // m or n = 0 touches nothing.
+    gemm_f32(0, 4, 3, nullptr, 0, 0, nullptr, 0, 0, nullptr, 4, false);
+    gemm_f32(3, 0, 3, nullptr, 0, 0, nullptr, 0, 0, nullptr, 4, false);
+  });
 }
 
 TEST(Gemm, SkinnyRows) {
-  std::mt19937 rng(2);
-  for (int64_t m = 1; m <= 17; ++m)
-    for (int64_t n : {1, 8, 16, 17, 31, 32, 33, 64, 100})
-      for (int64_t k : {1, 7, 64, 257})
-        run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, m % 2 == 0, rng);
+  for_each_target([&] {
+    std::mt19937 rng(2);
+    for (int64_t m = 1; m <= 17; ++m)
+      for (int64_t n : {1, 8, 16, 17, 31, 32, 33, 64, 100})
+        for (int64_t k : {1, 7, 64, 257})
+          run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, m % 2 == 0, rng);
+  });
 }
 
 TEST(Gemm, Primes) {
-  std::mt19937 rng(3);
-  const int64_t primes[] = {2, 3, 5, 13, 29, 31, 37, 61, 97, 131};
-  for (int64_t m : primes)
-    for (int64_t n : primes)
-      for (int64_t k : {1, 13, 97, 263, 521})
-        run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, (m + n + k) % 2 == 0, rng);
+  for_each_target([&] {
+    std::mt19937 rng(3);
+    const int64_t primes[] = {2, 3, 5, 13, 29, 31, 37, 61, 97, 131};
+    for (int64_t m : primes)
+      for (int64_t n : primes)
+        for (int64_t k : {1, 13, 97, 263, 521})
+          run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, (m + n + k) % 2 == 0, rng);
+  });
 }
 
 TEST(Gemm, Layouts) {
-  std::mt19937 rng(4);
-  const Layout layouts[] = {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastRows,
-                            Layout::kBroadcastCols, Layout::kPadded};
-  for (Layout la : layouts)
-    for (Layout lb : layouts)
-      for (int64_t m : {1, 3, 14, 15, 29})
-        for (int64_t n : {1, 16, 33, 70})
-          for (bool acc : {false, true}) run_f32(m, n, 300, la, lb, acc, rng);
+  for_each_target([&] {
+    std::mt19937 rng(4);
+    const Layout layouts[] = {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastRows,
+                              Layout::kBroadcastCols, Layout::kPadded};
+    for (Layout la : layouts)
+      for (Layout lb : layouts)
+        for (int64_t m : {1, 3, 14, 15, 29})
+          for (int64_t n : {1, 16, 33, 70})
+            for (bool acc : {false, true}) run_f32(m, n, 300, la, lb, acc, rng);
+  });
 }
 
 TEST(Gemm, Medium) {
-  std::mt19937 rng(5);
-  run_f32(100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
-  run_f32(100, 300, 257, Layout::kTransposed, Layout::kTransposed, true, rng);
-  // More than one column block (NC) and several K blocks.
-  run_f32(37, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, true, rng);
-  run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, false, rng);
-  run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kTransposed, false, rng);
+  for_each_target([&] {
+    std::mt19937 rng(5);
+    run_f32(100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+    run_f32(100, 300, 257, Layout::kTransposed, Layout::kTransposed, true, rng);
+    // More than one column block (NC) and several K blocks.
+    run_f32(37, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, true, rng);
+    run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+    run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kTransposed, false, rng);
+  });
 }
 
 TEST(Gemm, Large) {
@@ -222,36 +249,40 @@ void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bo
 }
 
 TEST(Gemm, Half) {
-  std::mt19937 rng(7);
-  for (DType t : {DType::kF16, DType::kBF16})
-    for (Layout la : {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastRows})
-      for (Layout lb : {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastCols})
-        for (int64_t m : {0, 1, 4, 17})
-          for (int64_t n : {1, 33})
-            for (bool acc : {false, true}) run_half(t, m, n, 291, la, lb, acc, rng);
-  run_half(DType::kBF16, 100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+  for_each_target([&] {
+    std::mt19937 rng(7);
+    for (DType t : {DType::kF16, DType::kBF16})
+      for (Layout la : {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastRows})
+        for (Layout lb : {Layout::kRowMajor, Layout::kTransposed, Layout::kBroadcastCols})
+          for (int64_t m : {0, 1, 4, 17})
+            for (int64_t n : {1, 33})
+              for (bool acc : {false, true}) run_half(t, m, n, 291, la, lb, acc, rng);
+    run_half(DType::kBF16, 100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+  });
 }
 
 // Special values in packed positions: an Inf in A poisons exactly its row, a NaN in B its column.
 TEST(Gemm, SpecialValues) {
-  const int64_t m = 20, n = 40, k = 30;
-  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f);
-  a[static_cast<size_t>(3 * k + 5)] = INFINITY;
-  b[static_cast<size_t>(7 * n + 33)] = NAN;
-  std::vector<float> c(static_cast<size_t>(m * n));
-  gemm_f32(m, n, k, a.data(), k, 1, b.data(), n, 1, c.data(), n, false);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      const float x = c[static_cast<size_t>(i * n + j)];
-      if (j == 33) {
-        EXPECT_TRUE(std::isnan(x)) << i << "," << j;
-      } else if (i == 3) {
-        EXPECT_EQ(x, INFINITY) << i << "," << j;
-      } else {
-        EXPECT_EQ(x, static_cast<float>(k)) << i << "," << j;
+  for_each_target([&] {
+    const int64_t m = 20, n = 40, k = 30;
+    std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f);
+    a[static_cast<size_t>(3 * k + 5)] = INFINITY;
+    b[static_cast<size_t>(7 * n + 33)] = NAN;
+    std::vector<float> c(static_cast<size_t>(m * n));
+    gemm_f32(m, n, k, a.data(), k, 1, b.data(), n, 1, c.data(), n, false);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float x = c[static_cast<size_t>(i * n + j)];
+        if (j == 33) {
+          EXPECT_TRUE(std::isnan(x)) << i << "," << j;
+        } else if (i == 3) {
+          EXPECT_EQ(x, INFINITY) << i << "," << j;
+        } else {
+          EXPECT_EQ(x, static_cast<float>(k)) << i << "," << j;
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace

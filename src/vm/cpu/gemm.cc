@@ -331,7 +331,18 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       };
       if (direct_b) {
         if (full < nb) PackB(kc, nb - full, bblk + full, b_rs, b_cs, bbuf, conv);
-        for (size_t j0 = 0; j0 < nb; j0 += kNR) {
+        size_t j_start = 0;
+        if (m <= 2) {
+          // One or two rows (decode): twice as wide tiles, so that each B row is read as whole
+          // cache lines and enough FMAs are in flight.
+          constexpr size_t kWide = 2 * kNR;
+          const KernelFn fn = m == 1 ? &Kernel<1, 2 * kNV> : &Kernel<2, 2 * kNV>;
+          const float* bf = reinterpret_cast<const float*>(bblk);
+          for (; j_start + kWide <= nb; j_start += kWide) {
+            fn(kc, abuf, bf + j_start, b_rs, cblk + j_start, ldc, add, kWide);
+          }
+        }
+        for (size_t j0 = j_start; j0 < nb; j0 += kNR) {
           // T is float here (direct_b).
           const float* bp = j0 < full ? reinterpret_cast<const float*>(bblk) + j0 : bbuf;
           const ptrdiff_t bs = j0 < full ? b_rs : static_cast<ptrdiff_t>(kNR);
