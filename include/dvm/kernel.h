@@ -139,6 +139,10 @@ class KernelBuilder {
   // Reduction over `axes` (negative counts from the end; empty = all axes).
   // argmax/argmin take exactly one axis and return i64 indices.
   Value reduce(ReduceOp op, Value x, std::vector<int> axes, bool keepdims = false);
+  // Matrix product [..., M, K] x [..., K, N] -> [..., M, N] (after the optional transposes of
+  // the last two dims), up to two batch dims broadcast numpy-style; f32, f16 or bf16 inputs
+  // accumulate in f32. Elementwise ops on the result fuse into the same kernel ("mix").
+  Value matmul(Value a, Value b, bool transpose_a = false, bool transpose_b = false);
 
   // Convenience wrappers.
   Value add(Value a, Value b) { return binary(BinaryOp::kAdd, a, b); }

@@ -88,6 +88,8 @@ std::string aux_str(const Instr& in) {
       if (in.op == Opcode::kArgReduce) s += fmt(" index a%d", aux_axis(in.aux));
       return s;
     }
+    case Opcode::kMatMul:
+      return fmt("  k a%u", in.aux);
     default:
       return "";
   }
@@ -113,7 +115,10 @@ std::string disassemble_instr(const Program& p, const Instr& in) {
 namespace {
 
 std::string axis_line(size_t i, const Axis& a) {
-  const char* iter = a.iter == AxisIter::kGrid ? "grid" : a.iter == AxisIter::kLoop ? "loop" : "?";
+  const char* iter = a.iter == AxisIter::kGrid       ? "grid"
+                     : a.iter == AxisIter::kLoop     ? "loop"
+                     : a.iter == AxisIter::kContract ? "contract"
+                                                     : "?";
   const char* tile = a.tile == AxisTile::kRow   ? " row-tile"
                      : a.tile == AxisTile::kCol ? " col-tile"
                                                 : "";

@@ -157,7 +157,8 @@ constexpr Instr decode_instr(uint64_t w0, uint64_t w1) {
                Operand::decode(static_cast<uint16_t>(w1 >> 48))};
 }
 
-enum class AxisIter : uint8_t { kGrid = 0, kLoop = 1 };
+// kContract: a matmul's contraction axis, walked inside the MatMul instruction only.
+enum class AxisIter : uint8_t { kGrid = 0, kLoop = 1, kContract = 2 };
 enum class AxisTile : uint8_t { kNone = 0, kRow = 1, kCol = 2 };
 
 struct Axis {

@@ -100,6 +100,11 @@ int operand_uses(const Instr& in, Use* u) {
       u[1] = {'D', in.d, Access::kReadWrite, Where::kReg, t, acc_class(in)};
       u[2] = {'B', in.b, Access::kReadWrite, Where::kReg, CType::kI64, acc_class(in)};
       return 3;
+    case Opcode::kMatMul:  // operands convert from f16/bf16 like Load's source
+      u[0] = {'A', in.a, Access::kRead, Where::kDesc, t, in.cls};
+      u[1] = {'B', in.b, Access::kRead, Where::kDesc, t, in.cls};
+      u[2] = dst;
+      return 3;
     default:
       break;
   }
@@ -153,6 +158,7 @@ class Verifier {
   Status check_header();
   Status check_fields(const Instr& in) const;
   Status check_reduce_aux(const Instr& in) const;
+  Status check_matmul(const Instr& in) const;
   Status check_control(const Instr& in);
   Status check_loop(const Instr& in);
   Status check_end_loop();
@@ -193,7 +199,7 @@ Status Verifier::check_axes() {
   for (size_t i = 0; i < p_.axes.size(); ++i) {
     const Axis& a = p_.axes[i];
     std::string name = "axis a" + std::to_string(i) + ": ";
-    if (static_cast<int>(a.iter) > 1 || static_cast<int>(a.tile) > 2)
+    if (static_cast<int>(a.iter) > 2 || static_cast<int>(a.tile) > 2)
       return header_error(name + "bad iteration or tile kind");
     if (a.extent < 0 || a.extent > kMaxExtent)
       return header_error(name + "extent " + std::to_string(a.extent) + " out of range");
@@ -207,6 +213,8 @@ Status Verifier::check_axes() {
       return header_error(name + "second " + (a.tile == AxisTile::kRow ? "row" : "col") +
                           "-tile axis");
     if (a.tile != AxisTile::kNone) role = static_cast<int>(i);
+    if (a.iter == AxisIter::kContract && a.tile != AxisTile::kNone)
+      return header_error(name + "a contraction axis cannot be a tile axis");
     if (a.split_by >= 0) {
       bool ok = a.iter == AxisIter::kLoop && static_cast<size_t>(a.split_by) < p_.axes.size() &&
                 p_.axes[a.split_by].iter == AxisIter::kGrid &&
@@ -320,6 +328,21 @@ Status Verifier::check_reduce_aux(const Instr& in) const {
   return Status::ok();
 }
 
+// The contraction axis is walked only by the MatMul kernel (never a loop, the grid or a tile),
+// so its extent bounds the k range the descriptors' spans already cover; both operands share
+// a floating dtype the GEMM kernels take.
+Status Verifier::check_matmul(const Instr& in) const {
+  if (in.ctype != CType::kF32) return error("matmul requires compute type f32");
+  if (in.aux >= p_.axes.size() || p_.axes[in.aux].iter != AxisIter::kContract)
+    return error("matmul aux is not a contraction axis");
+  if (in.a.kind != OperandKind::kDesc || in.b.kind != OperandKind::kDesc ||
+      in.a.index >= p_.descs.size() || in.b.index >= p_.descs.size())
+    return error("matmul operands must be descriptors");
+  DType ta = p_.descs[in.a.index].dtype, tb = p_.descs[in.b.index].dtype;
+  bool ok = ta == tb && (ta == DType::kF32 || ta == DType::kF16 || ta == DType::kBF16);
+  return ok ? Status::ok() : error("matmul operands must share dtype f32, f16 or bf16");
+}
+
 // Opcode, compute type, reserved bits and aux of one instruction.
 Status Verifier::check_fields(const Instr& in) const {
   if (static_cast<int>(in.op) >= kNumOpcodes)
@@ -342,6 +365,8 @@ Status Verifier::check_fields(const Instr& in) const {
     case Opcode::kReduce:
     case Opcode::kArgReduce:
       return check_reduce_aux(in);
+    case Opcode::kMatMul:
+      return check_matmul(in);
     default:
       break;
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "bytecode/verifier.h"
+#include "vm/cpu/gemm.h"
 
 namespace dvm::enc {
 
@@ -116,7 +117,7 @@ bool reshape_view(const View& v, const CShape& to, View* out) {
 
 // ---- stages ----------------------------------------------------------------------------
 
-enum class InstKind : uint8_t { kLoad, kScalar, kCompute, kReduce };
+enum class InstKind : uint8_t { kLoad, kScalar, kCompute, kReduce, kMatMul };
 
 // One node evaluated in a stage under one map.
 struct Inst {
@@ -126,6 +127,7 @@ struct Inst {
   std::vector<int> inputs;               // instance ids
   uint32_t vary = 0;                     // domain axes the value depends on
   uint32_t reduced = 0;                  // kReduce: domain axes reduced
+  int contract = -1;                     // kMatMul: the contraction axis
   View view;                             // kLoad
   int64_t dom_stride[kMaxDomAxes] = {};  // kLoad: element stride per domain axis
   int64_t dom_offset = 0;
@@ -146,6 +148,7 @@ struct DomAxis {
   bool reduced = false;
   bool no_fold = false;    // reduced by an arg-reduction: its index must stay logical
   bool grid_only = false;  // splits a reduction across blocks: never a tile axis
+  int8_t mm_role = 0;      // a matmul's 1: M (tile rows), 2: N (tile cols), 3: K (contracted)
 };
 
 struct Stage {
@@ -160,6 +163,9 @@ struct Stage {
   // stage combines them.
   bool partial = false;
   int split_axis = -1;
+  // A matmul's output tile is the stage's tile: every matmul of a stage shares M and N.
+  bool has_matmul = false;
+  int mm_m = -1, mm_n = -1;
 };
 
 struct Workspace {
@@ -181,6 +187,8 @@ class Encoder {
   Status visit(int stage, int node, const NodeMap& map, int* inst);
   Status visit_reduce(int stage, int node, const NodeMap& map, int* inst);
   bool should_split(int stage, int node) const;
+  Status visit_matmul(int stage, int node, const NodeMap& map, int* inst);
+  Status operand_view(int node, View* v);
   Status visit_split_reduce(int stage, int node, const NodeMap& map, int* inst);
   Status visit_reshape(int stage, int node, const NodeMap& map, int* inst);
   Status load_inst(int stage, int node, const View& v, const NodeMap& map, int* inst);
@@ -497,6 +505,11 @@ Status Encoder::visit_split_reduce(int stage, int node, const NodeMap& map, int*
 }
 
 Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst) {
+  if (stages_[stage].has_matmul) {  // a matmul stage's tiles never loop: reduce elsewhere
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(node, &ws));
+    return load_inst(stage, node, ws, map, inst);
+  }
   if (should_split(stage, node)) return visit_split_reduce(stage, node, map, inst);
   const Node& n = def_.nodes[node];
   const CShape& in = shape_of(b_, n.inputs[0]);
@@ -555,6 +568,82 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   return Status::ok();
 }
 
+// A matmul operand must be addressable memory: a view of an input, else a workspace.
+Status Encoder::operand_view(int node, View* v) {
+  if (resolve_view(node, v)) return Status::ok();
+  return materialize(node, v);
+}
+
+// Whether a map entry walks its domain axis plainly (index = dom[axis]), as tile axes must.
+bool plain_entry(const MapEntry& e, int64_t extent) {
+  return e.axis >= 0 && e.start == 0 && (e.step == 1 || (extent == 1 && e.step == 0));
+}
+
+Status Encoder::visit_matmul(int stage, int node, const NodeMap& map, int* inst) {
+  const Node& n = def_.nodes[node];
+  const CShape& out = shape_of(b_, node);
+  const int r = out.rank;
+  const MapEntry em = map.e[r - 2];
+  const MapEntry en = map.e[r - 1];
+  const Stage& st = stages_[stage];
+  bool fits = !st.has_reduce && plain_entry(em, out.d[r - 2]) && plain_entry(en, out.d[r - 1]) &&
+              em.axis != en.axis && (!st.has_matmul || (st.mm_m == em.axis && st.mm_n == en.axis));
+  for (int i = 0; i < r - 2; ++i) fits &= map.e[i].start == 0 && map.e[i].step >= 0;
+  if (!fits) {  // not the stage's tile (or the stage reduces): compute it in its own stage
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(node, &ws));
+    return load_inst(stage, node, ws, map, inst);
+  }
+  if (shape_of(b_, n.inputs[0]).d[shape_of(b_, n.inputs[0]).rank - 1] == 0) {
+    Inst zero;  // an empty contraction: zeros (a scalar constant of the matmul node: 0)
+    zero.node = node;
+    zero.kind = InstKind::kScalar;
+    *inst = add_inst(stage, std::move(zero));
+    return Status::ok();
+  }
+  View va, vb;
+  DVM_RETURN_IF_ERROR(operand_view(n.inputs[0], &va));
+  DVM_RETURN_IF_ERROR(operand_view(n.inputs[1], &vb));
+  const int64_t k = va.shape.d[va.shape.rank - 1];
+  int kaxis = new_axis(stage, k);
+  if (kaxis < 0) return unimplemented(def_.name + ": too many iteration axes");
+  Stage& s = stages_[stage];
+  s.has_matmul = true;
+  s.mm_m = em.axis;
+  s.mm_n = en.axis;
+  s.axes[em.axis].mm_role = 1;
+  s.axes[en.axis].mm_role = 2;
+  s.axes[kaxis].mm_role = 3;
+  s.axes[em.axis].no_fold = s.axes[en.axis].no_fold = s.axes[kaxis].no_fold = true;
+  // Operand maps: batch dims broadcast against the output's; M/N from the output; K shared.
+  auto operand_map = [&](const View& v, bool is_a) {
+    NodeMap m;
+    m.rank = v.shape.rank;
+    int off = r - v.shape.rank;
+    for (int i = 0; i < v.shape.rank - 2; ++i) {
+      const MapEntry& e = map.e[i + off];
+      m.e[i] = v.shape.d[i] == 1 ? MapEntry{e.axis, 0, 0} : e;
+    }
+    MapEntry kk{kaxis, 0, 1};
+    m.e[v.shape.rank - 2] = is_a ? em : kk;
+    m.e[v.shape.rank - 1] = is_a ? kk : en;
+    return m;
+  };
+  int ia, ib;
+  DVM_RETURN_IF_ERROR(load_inst(stage, n.inputs[0], va, operand_map(va, true), &ia));
+  DVM_RETURN_IF_ERROR(load_inst(stage, n.inputs[1], vb, operand_map(vb, false), &ib));
+  Inst mm;
+  mm.node = node;
+  mm.map = map;
+  mm.kind = InstKind::kMatMul;
+  mm.inputs = {ia, ib};
+  mm.contract = kaxis;
+  const auto& insts = stages_[stage].insts;
+  mm.vary = (insts[ia].vary | insts[ib].vary) & ~(1u << kaxis);
+  *inst = add_inst(stage, std::move(mm));
+  return Status::ok();
+}
+
 Status Encoder::visit(int stage, int node, const NodeMap& map, int* inst) {
   const Node& n = def_.nodes[node];
   switch (n.kind) {
@@ -609,6 +698,8 @@ Status Encoder::visit(int stage, int node, const NodeMap& map, int* inst) {
     }
     case OpKind::kReduce:
       return visit_reduce(stage, node, map, inst);
+    case OpKind::kMatMul:
+      return visit_matmul(stage, node, map, inst);
   }
   return internal_error("unknown op kind");
 }
@@ -624,6 +715,7 @@ struct FinalAxis {
   bool reduced = false;
   bool no_fold = false;
   bool grid_only = false;
+  int8_t mm_role = 0;
   uint32_t orig = 0;  // original domain axes merged into this one
   int inner = -1;     // the innermost of them: the folded axis walks with its stride
 };
@@ -647,12 +739,19 @@ int64_t order_key(int64_t stride) {
 std::vector<int> order_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref) {
   std::vector<int> live;
   for (size_t a = 0; a < st.axes.size(); ++a)
-    if (st.axes[a].extent != 1) live.push_back(static_cast<int>(a));
+    if (st.axes[a].extent != 1 || st.axes[a].mm_role != 0) live.push_back(static_cast<int>(a));
   if (ref >= 0) {
     const int64_t* s = sets[ref].strides;
     std::stable_sort(live.begin(), live.end(),
                      [&](int x, int y) { return order_key(s[x]) > order_key(s[y]); });
   }
+  // A matmul's contraction axis first (it is walked inside the instruction), M and N last:
+  // they are the tile's rows and columns.
+  auto rank_of = [&](int a) {
+    int role = st.axes[a].mm_role;
+    return role == 3 ? 0 : role == 1 ? 2 : role == 2 ? 3 : 1;
+  };
+  std::stable_sort(live.begin(), live.end(), [&](int x, int y) { return rank_of(x) < rank_of(y); });
   return live;
 }
 
@@ -688,6 +787,7 @@ void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Lay
     f.reduced = st.axes[g[0]].reduced;
     f.no_fold = st.axes[g[0]].no_fold;
     f.grid_only = st.axes[g[0]].grid_only;
+    f.mm_role = st.axes[g[0]].mm_role;
     f.inner = g.back();
     for (int a : g) {
       f.extent *= st.axes[a].extent;
@@ -705,7 +805,7 @@ int64_t round16(int64_t x) {
 int64_t grid_size(const Layout& L, const std::vector<int64_t>& chunk) {
   int64_t g = 1;
   for (size_t a = 0; a < L.axes.size(); ++a) {
-    if (L.axes[a].reduced) continue;
+    if (L.axes[a].reduced || L.axes[a].mm_role == 3) continue;
     int64_t e = L.axes[a].extent;
     g *= e == 0 ? 0 : (e + chunk[a] - 1) / chunk[a];
   }
@@ -713,7 +813,46 @@ int64_t grid_size(const Layout& L, const std::vector<int64_t>& chunk) {
 }
 
 // Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
+// A matmul stage's tile is the GEMM kernel's preferred output block, shrunk for parallelism.
+void choose_matmul_tiling(Layout* L, int threads) {
+  int n = static_cast<int>(L->axes.size());
+  std::vector<int64_t> chunk(n, 1);
+  for (int a = 0; a < n; ++a) {
+    if (L->axes[a].mm_role == 1) L->row = a;
+    if (L->axes[a].mm_role == 2) L->col = a;
+  }
+  vm::cpu::GemmTile t = vm::cpu::gemm_preferred_tile();
+  chunk[L->row] = std::max<int64_t>(1, std::min(L->axes[L->row].extent, t.m));
+  chunk[L->col] = std::max<int64_t>(1, std::min(L->axes[L->col].extent, t.n));
+  while (grid_size(*L, chunk) < 2 * threads) {
+    if (chunk[L->row] >= 32) {
+      chunk[L->row] = (chunk[L->row] + 1) / 2;
+    } else if (chunk[L->col] >= 64) {
+      chunk[L->col] = round16(chunk[L->col] / 2);
+    } else {
+      break;
+    }
+  }
+  L->loop_mode = false;
+  for (int a = 0; a < n; ++a) {
+    bc::Axis ax;
+    ax.extent = L->axes[a].extent;
+    ax.chunk = chunk[a];
+    ax.tile = a == L->col   ? bc::AxisTile::kCol
+              : a == L->row ? bc::AxisTile::kRow
+                            : bc::AxisTile::kNone;
+    ax.iter = L->axes[a].mm_role == 3 ? bc::AxisIter::kContract : bc::AxisIter::kGrid;
+    L->bc_axes.push_back(ax);
+  }
+}
+
 void choose_tiling(Layout* L, int threads, bool partial) {
+  for (const FinalAxis& f : L->axes) {
+    if (f.mm_role != 0) {
+      choose_matmul_tiling(L, threads);
+      return;
+    }
+  }
   std::vector<int> cand;
   for (size_t a = 0; a < L->axes.size(); ++a)
     if (!L->axes[a].grid_only) cand.push_back(static_cast<int>(a));
@@ -899,6 +1038,19 @@ Operand Emitter::ensure(int i) {
     if (direct) return Operand::desc(direct_[i]);
     Operand dst = Operand::reg(new_vreg(), class_of(i));
     push(bc::Opcode::kLoad, ctype_of(i), class_of(i), 0, dst, Operand::desc(direct_[i]));
+    vreg_[i] = dst.index;
+    operand_[i] = dst;
+    return dst;
+  }
+  if (in.kind == InstKind::kMatMul) {
+    const Inst& a = st_.insts[in.inputs[0]];
+    const Inst& b = st_.insts[in.inputs[1]];
+    int da = add_desc(a.view.slot, a.view.dtype, a.dom_offset, a.dom_stride);
+    int db = add_desc(b.view.slot, b.view.dtype, b.dom_offset, b.dom_stride);
+    Operand dst = Operand::reg(new_vreg(), class_of(i));
+    push(bc::Opcode::kMatMul, CType::kF32, class_of(i),
+         static_cast<uint16_t>(L_.final_of[in.contract]), dst, Operand::desc(da),
+         Operand::desc(db));
     vreg_[i] = dst.index;
     operand_[i] = dst;
     return dst;
@@ -1322,7 +1474,7 @@ Status Emitter::emit() {
   fma_peephole();
   direct_store_peephole();
   DVM_RETURN_IF_ERROR(allocate_registers());
-  fit_tile_to_cache();
+  if (!st_.has_matmul) fit_tile_to_cache();
   prog_.axes = L_.bc_axes;
   const bc::Axis& col = prog_.axes[L_.col];
   int64_t row_chunk = L_.row >= 0 ? prog_.axes[L_.row].chunk : 1;

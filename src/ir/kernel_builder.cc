@@ -495,6 +495,43 @@ Value KernelBuilder::reduce(ReduceOp op, Value x, std::vector<int> axes, bool ke
   return v;
 }
 
+Value KernelBuilder::matmul(Value a, Value b, bool transpose_a, bool transpose_b) {
+  if (!impl_->check_value(a, "matmul") || !impl_->check_value(b, "matmul")) return {};
+  if (transpose_a && rank(a) >= 2) a = transpose(a, -1, -2);
+  if (transpose_b && rank(b) >= 2) b = transpose(b, -1, -2);
+  const auto& sa = impl_->node(a).shape;
+  const auto& sb = impl_->node(b).shape;
+  if (sa.size() < 2 || sb.size() < 2 || sa.size() > 4 || sb.size() > 4) {
+    impl_->fail("matmul: operands must have rank 2 to 4 (at most two batch dims), got " +
+                impl_->dims_str(sa) + " and " + impl_->dims_str(sb));
+    return {};
+  }
+  const Dim& ka = sa[sa.size() - 1];
+  const Dim& kb = sb[sb.size() - 2];
+  if (!(ka == kb) && !ka.is_symbol() && !kb.is_symbol()) {
+    impl_->fail("matmul: contraction dims differ: " + impl_->dims_str(sa) + " x " +
+                impl_->dims_str(sb));
+    return {};
+  }
+  DType t = promote_types(impl_->node(a).dtype, impl_->node(b).dtype);
+  if (!is_float(t)) {
+    impl_->fail("matmul: integer operands are not supported (cast to f32 first)");
+    return {};
+  }
+  a = impl_->cast_to(a, t);
+  b = impl_->cast_to(b, t);
+  std::vector<Dim> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2), batch;
+  if (!impl_->broadcast_shapes("matmul", ba, bb, &batch)) return {};
+  ir::Node n;
+  n.kind = ir::OpKind::kMatMul;
+  n.dtype = t;
+  n.inputs = {a.id, b.id};
+  n.shape = batch;
+  n.shape.push_back(sa[sa.size() - 2]);
+  n.shape.push_back(sb[sb.size() - 1]);
+  return impl_->add(std::move(n));
+}
+
 std::vector<Dim> KernelBuilder::shape(Value v) const {
   return impl_->ok(v) ? impl_->node(v).shape : std::vector<Dim>{};
 }

@@ -27,6 +27,7 @@ enum class OpKind : uint8_t {
   kSlice,      // attr = {axis, start, stop, step}
   kConcat,     // attr = {axis}
   kReduce,     // attr = sorted axes, op = ReduceOp
+  kMatMul,     // inputs a [..., M, K], b [..., K, N]; batch dims broadcast (numpy rules)
 };
 
 const char* op_kind_name(OpKind k);

@@ -159,6 +159,26 @@ Status infer_concat(const KernelDef& def, int node, const Binding& b, CShape* ou
   return Status::ok();
 }
 
+Status infer_matmul(const KernelDef& def, int node, const Binding& b, CShape* out) {
+  const Node& n = def.nodes[node];
+  const CShape& a = b.shapes[n.inputs[0]];
+  const CShape& c = b.shapes[n.inputs[1]];
+  if (a.d[a.rank - 1] != c.d[c.rank - 2]) {
+    return invalid_argument(op_prefix(def, node) + ": contraction dims differ: " + shape_str(a) +
+                            " x " + shape_str(c));
+  }
+  CShape ba, bc;
+  ba.rank = a.rank - 2;
+  bc.rank = c.rank - 2;
+  for (int i = 0; i < ba.rank; ++i) ba.d[i] = a.d[i];
+  for (int i = 0; i < bc.rank; ++i) bc.d[i] = c.d[i];
+  *out = ba;
+  DVM_RETURN_IF_ERROR(broadcast_into(def, node, bc, out));
+  out->d[out->rank++] = a.d[a.rank - 2];
+  out->d[out->rank++] = c.d[c.rank - 1];
+  return Status::ok();
+}
+
 Status infer_node(const KernelDef& def, int node, const Binding& b, CShape* out) {
   const Node& n = def.nodes[node];
   switch (n.kind) {
@@ -199,6 +219,8 @@ Status infer_node(const KernelDef& def, int node, const Binding& b, CShape* out)
     }
     case OpKind::kConcat:
       return infer_concat(def, node, b, out);
+    case OpKind::kMatMul:
+      return infer_matmul(def, node, b, out);
     case OpKind::kReduce: {
       const CShape& in = b.shapes[n.inputs[0]];
       out->rank = 0;
@@ -274,6 +296,8 @@ const char* op_kind_name(OpKind k) {
       return "concat";
     case OpKind::kReduce:
       return "reduce";
+    case OpKind::kMatMul:
+      return "matmul";
   }
   return "?";
 }

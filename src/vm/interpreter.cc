@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "base/thread_pool.h"
+#include "vm/cpu/gemm.h"
 #include "vm/cpu/tile_kernels.h"
 
 namespace dvm::vm {
@@ -66,6 +67,7 @@ class BlockRunner {
   void exec_data(const Instr& in);
   void exec_reduce(const Instr& in);
   void exec_argreduce(const Instr& in);
+  void exec_matmul(const Instr& in);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
   int64_t cols_of(TileClass c) const { return bc::class_has_cols(c) ? active_cols_ : 1; }
 
@@ -293,8 +295,31 @@ void BlockRunner::exec_data(const Instr& in) {
       }
       return;
     }
+    case bc::Opcode::kMatMul:
+      exec_matmul(in);
+      return;
     default:
       return;
+  }
+}
+
+// The tile's rows x cols output block over the whole contraction axis, by the GEMM kernel.
+void BlockRunner::exec_matmul(const Instr& in) {
+  const bc::Descriptor& da = p_.descs[in.a.index];
+  const bc::Descriptor& db = p_.descs[in.b.index];
+  const int64_t k = p_.axes[in.aux].extent;
+  Ref d = resolve(in.d, CType::kF32);
+  Ref a = resolve(in.a, CType::kF32);
+  Ref b = resolve(in.b, CType::kF32);
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  int64_t ak = da.stride[in.aux], bk = db.stride[in.aux];
+  auto* c = reinterpret_cast<float*>(d.p);
+  if (da.dtype == DType::kF32) {
+    cpu::gemm_f32(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
+                  reinterpret_cast<const float*>(b.p), bk, b.cs, c, d.rs, false);
+  } else {
+    cpu::gemm_half(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs, ak,
+                   reinterpret_cast<const uint16_t*>(b.p), bk, b.cs, c, d.rs, false);
   }
 }
 

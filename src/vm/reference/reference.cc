@@ -571,6 +571,46 @@ RefValue eval_movement(const ir::Node& n, const RefValue& x, const CShape& shape
   }
 }
 
+// out[..., i, j] = sum_p a[..., i, p] * b[..., p, j], batch dims broadcast; accumulated in
+// double and rounded once (the VM accumulates in f32: compared within a tolerance).
+RefValue eval_matmul(const RefValue& a, const RefValue& b, const CShape& shape) {
+  RefValue out = make_value(CType::kF32, shape);
+  const auto& av = a.f32();
+  const auto& bv = b.f32();
+  auto& ov = std::get<std::vector<float>>(out.data);
+  const int64_t m = shape.d[shape.rank - 2], n = shape.d[shape.rank - 1];
+  const int64_t k = a.shape.d[a.shape.rank - 1];
+  const int batch_rank = shape.rank - 2;
+  int64_t batches = 1;
+  for (int i = 0; i < batch_rank; ++i) batches *= shape.d[i];
+  // Offset of batch `bi` (row-major over the output's batch dims) in an operand whose batch
+  // dims broadcast against them.
+  auto batch_offset = [&](const CShape& s, int64_t bi) {
+    int64_t off = 0, stride = s.d[s.rank - 1] * s.d[s.rank - 2];
+    for (int i = batch_rank - 1, j = s.rank - 3; i >= 0; --i, --j) {
+      int64_t idx = bi % shape.d[i];
+      bi /= shape.d[i];
+      if (j < 0) continue;
+      if (s.d[j] != 1) off += idx * stride;
+      stride *= s.d[j];
+    }
+    return off;
+  };
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    const float* ap = av.data() + batch_offset(a.shape, bi);
+    const float* bp = bv.data() + batch_offset(b.shape, bi);
+    float* op = ov.data() + bi * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += static_cast<double>(ap[i * k + p]) * static_cast<double>(bp[p * n + j]);
+        op[i * n + j] = static_cast<float>(acc);
+      }
+  }
+  return out;
+}
+
 Status eval_node(const ir::KernelDef& def, int node, const ir::Binding& binding,
                  std::span<const TensorArg> inputs, std::span<const ScalarArg> params,
                  const std::vector<RefValue>& vals, RefValue* out) {
@@ -598,6 +638,9 @@ Status eval_node(const ir::KernelDef& def, int node, const ir::Binding& binding,
       break;
     case ir::OpKind::kReduce:
       return eval_reduce(def, node, vals[n.inputs[0]], shape, out);
+    case ir::OpKind::kMatMul:
+      *out = eval_matmul(vals[n.inputs[0]], vals[n.inputs[1]], shape);
+      break;
     default:
       *out = eval_movement(n, vals[n.inputs[0]], shape);
       break;

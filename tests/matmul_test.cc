@@ -1,0 +1,146 @@
+// MatMul ("cube") and matmul with fused epilogues ("mix") on the VM, against the reference.
+#include "vm_test_util.h"
+
+namespace dvm::testing {
+namespace {
+
+struct MmCase {
+  std::vector<int64_t> a, b;
+  bool ta = false, tb = false;
+};
+
+// Tolerance for an f32 dot product of length k against the double-accumulated reference.
+Tolerance mm_tol(int64_t k) {
+  return Tolerance{1e-5 * std::sqrt(static_cast<double>(k) + 1), 1e-4};
+}
+
+TEST(MatMul, ShapesTransposesBatches) {
+  std::mt19937 rng(1);
+  const std::vector<MmCase> cases = {
+      {{1, 1}, {1, 1}},
+      {{3, 5}, {5, 7}},
+      {{64, 64}, {64, 64}},
+      {{17, 31}, {31, 13}},
+      {{1, 768}, {768, 300}},
+      {{5, 0}, {0, 4}},
+      {{0, 8}, {8, 3}},
+      {{7, 9}, {9, 1}},
+      {{130, 257}, {257, 129}},
+      {{9, 5}, {7, 9}, true, true},
+      {{4, 6}, {5, 6}, false, true},
+      {{6, 4}, {6, 5}, true, false},
+      {{2, 3, 7, 5}, {5, 4}},
+      {{3, 1, 7, 5}, {2, 5, 6}},
+      {{2, 9, 8}, {2, 8, 3}},
+  };
+  for (const MmCase& c : cases) {
+    KernelBuilder kb("mm");
+    std::vector<Dim> da(c.a.begin(), c.a.end()), db(c.b.begin(), c.b.end());
+    Value a = kb.load("a", DType::kF32, da);
+    Value b = kb.load("b", DType::kF32, db);
+    kb.store("y", kb.matmul(a, b, c.ta, c.tb));
+    auto k = kb.build();
+    ASSERT_TRUE(k.is_ok()) << k.status().to_string();
+    int64_t kdim = c.ta ? c.a[c.a.size() - 2] : c.a.back();
+    expect_matches_reference(
+        *k, {make_buffer(DType::kF32, c.a, rng), make_buffer(DType::kF32, c.b, rng)}, mm_tol(kdim));
+  }
+}
+
+TEST(MatMul, StridedAndHalfInputs) {
+  std::mt19937 rng(2);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    KernelBuilder kb("mm_typed");
+    Dim M = kb.symbol("M");
+    Value a = kb.load("a", t, {M, 48});
+    Value b = kb.load("b", t, {48, 40});
+    kb.store("y", kb.matmul(a, b));
+    Kernel k = kb.build().value();
+    double rel = t == DType::kF32 ? 1e-4 : (t == DType::kF16 ? 2e-3 : 1e-2);
+    for (int64_t m : {1, 3, 33}) {
+      expect_matches_reference(k,
+                               {make_buffer(t, {m, 48}, rng, /*transposed=*/true, 3),
+                                make_buffer(t, {48, 40}, rng, false, 1)},
+                               Tolerance{1e-3, rel});
+    }
+  }
+}
+
+TEST(MatMul, FusedEpilogues) {
+  std::mt19937 rng(3);
+  KernelBuilder kb("mlp");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 64});
+  Value w = kb.load("w", DType::kF32, {64, 96});
+  Value bias = kb.load("bias", DType::kF32, {96});
+  Value res = kb.load("res", DType::kF32, {S, 96});
+  Value h = kb.unary(UnaryOp::kGeluErf, kb.add(kb.matmul(x, w), bias));
+  kb.store("y", kb.add(kb.binary(BinaryOp::kMul, h, 0.5), res));
+  Kernel k = kb.build().value();
+  for (int64_t s : {1, 7, 100}) {
+    expect_matches_reference(
+        k,
+        {make_buffer(DType::kF32, {s, 64}, rng), make_buffer(DType::kF32, {64, 96}, rng),
+         make_buffer(DType::kF32, {96}, rng), make_buffer(DType::kF32, {s, 96}, rng)},
+        mm_tol(64));
+  }
+  // One program: the epilogue runs on the matmul's output tile.
+  auto ck = CompiledKernel::create(k).value();
+  std::vector<Buffer> in = {
+      make_buffer(DType::kF32, {10, 64}, rng), make_buffer(DType::kF32, {64, 96}, rng),
+      make_buffer(DType::kF32, {96}, rng), make_buffer(DType::kF32, {10, 96}, rng)};
+  std::vector<TensorArg> args;
+  for (auto& b : in) args.push_back(b.arg);
+  Buffer y = make_buffer(DType::kF32, {10, 96}, rng);
+  RunStats st;
+  ASSERT_TRUE(ck->run(args, {&y.arg, 1}, {}, &st).is_ok());
+  EXPECT_EQ(st.programs, 1);
+}
+
+TEST(MatMul, AttentionCore) {
+  std::mt19937 rng(4);
+  KernelBuilder kb("attention");
+  Dim S = kb.symbol("S");
+  Value q = kb.load("q", DType::kF32, {2, S, 16});
+  Value kk = kb.load("k", DType::kF32, {2, S, 16});
+  Value v = kb.load("v", DType::kF32, {2, S, 16});
+  Value s = kb.binary(BinaryOp::kMul, kb.matmul(q, kk, false, true), 0.25);
+  Value e = kb.unary(UnaryOp::kExp, kb.sub(s, kb.max(s, {-1}, true)));
+  Value p = kb.div(e, kb.sum(e, {-1}, true));
+  kb.store("o", kb.matmul(p, v));
+  Kernel k = kb.build().value();
+  for (int64_t n : {1, 5, 40}) {
+    expect_matches_reference(
+        k,
+        {make_buffer(DType::kF32, {2, n, 16}, rng), make_buffer(DType::kF32, {2, n, 16}, rng),
+         make_buffer(DType::kF32, {2, n, 16}, rng)},
+        Tolerance{1e-4, 1e-3});
+  }
+}
+
+TEST(MatMul, BadShapesAreErrors) {
+  KernelBuilder kb("bad");
+  Value a = kb.load("a", DType::kF32, {3, 4});
+  Value b = kb.load("b", DType::kF32, {5, 6});
+  kb.store("y", kb.matmul(a, b));
+  auto k = kb.build();
+  ASSERT_FALSE(k.is_ok());
+  EXPECT_NE(k.status().message().find("contraction"), std::string::npos) << k.status().to_string();
+  KernelBuilder kb2("bad_sym");
+  Dim K = kb2.symbol("K"), J = kb2.symbol("J");
+  Value a2 = kb2.load("a", DType::kF32, {3, K});
+  Value b2 = kb2.load("b", DType::kF32, {J, 6});
+  kb2.store("y", kb2.matmul(a2, b2));
+  Kernel k2 = kb2.build().value();
+  auto ck = CompiledKernel::create(k2).value();
+  std::mt19937 rng(5);
+  Buffer x = make_buffer(DType::kF32, {3, 4}, rng), w = make_buffer(DType::kF32, {5, 6}, rng);
+  TensorArg in[] = {x.arg, w.arg};
+  auto shapes = ck->infer_output_shapes(in);
+  ASSERT_FALSE(shapes.is_ok());
+  EXPECT_NE(shapes.status().message().find("[3, 4] x [5, 6]"), std::string::npos)
+      << shapes.status().to_string();
+}
+
+}  // namespace
+}  // namespace dvm::testing
