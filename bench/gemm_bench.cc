@@ -2,6 +2,7 @@
 // square 64..1024, BERT-like tiles (m = 64/128/256, n = 256, k = 768/3072), skinny decode
 // shapes (m = 1/4/16, n = 768/3072, k = 768). Row-major A (m x k), B (k x n), C (m x n).
 #include <benchmark/benchmark.h>
+#include <hwy/targets.h>
 
 #include <cstdint>
 #include <random>
@@ -46,6 +47,17 @@ void BM_dvm(benchmark::State& state) {
   set_flops(state, m, n, k);
 }
 
+// The AVX2 code path (what an AVX2-only machine runs), where this machine supports AVX2.
+void BM_dvm_avx2(benchmark::State& state) {
+  if (!(hwy::SupportedTargets() & HWY_AVX2)) {
+    state.SkipWithError("AVX2 not supported");
+    return;
+  }
+  hwy::SetSupportedTargetsForTest(HWY_AVX2);
+  BM_dvm(state);
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 #ifdef DVM_HAVE_OPENBLAS
 void BM_openblas(benchmark::State& state) {
 #ifdef DVM_HAVE_OPENBLAS_SET_NUM_THREADS
@@ -80,6 +92,7 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_dvm)->Apply(shapes);
+BENCHMARK(BM_dvm_avx2)->Apply(shapes);
 #ifdef DVM_HAVE_OPENBLAS
 BENCHMARK(BM_openblas)->Apply(shapes);
 #endif
