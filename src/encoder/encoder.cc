@@ -822,8 +822,18 @@ void choose_matmul_tiling(Layout* L, int threads) {
     if (L->axes[a].mm_role == 2) L->col = a;
   }
   vm::cpu::GemmTile t = vm::cpu::gemm_preferred_tile();
-  chunk[L->row] = std::max<int64_t>(1, std::min(L->axes[L->row].extent, t.m));
-  chunk[L->col] = std::max<int64_t>(1, std::min(L->axes[L->col].extent, t.n));
+  vm::cpu::GemmTile micro = vm::cpu::gemm_micro_tile();
+  // Equal chunks (rounded up to the micro-tile) rather than full tiles plus a small tail:
+  // blocks are dealt to threads in contiguous ranges, so a 112 + 16 row split of M = 128
+  // would leave one thread idle most of the time.
+  auto balanced = [](int64_t extent, int64_t pref, int64_t align) {
+    if (extent <= pref) return std::max<int64_t>(1, extent);
+    int64_t parts = (extent + pref - 1) / pref;
+    int64_t c = (extent + parts - 1) / parts;
+    return std::min(pref, (c + align - 1) / align * align);
+  };
+  chunk[L->row] = balanced(L->axes[L->row].extent, t.m, micro.m);
+  chunk[L->col] = balanced(L->axes[L->col].extent, t.n, 16);
   while (grid_size(*L, chunk) < 2 * threads) {
     if (chunk[L->row] >= 32) {
       chunk[L->row] = (chunk[L->row] + 1) / 2;
