@@ -1120,9 +1120,22 @@ Operand Emitter::emit_compute(int i) {
     case OpKind::kUnary:
       push(static_cast<bc::Opcode>(bc::kFirstUnary + n.op), t, cls, 0, d, srcs[0]);
       break;
-    case OpKind::kBinary:
+    case OpKind::kBinary: {
+      TileClass dc = class_of(in.inputs[1]);
+      bool narrow_divisor = n.binary_op() == BinaryOp::kDiv && t == CType::kF32 &&
+                            srcs[1].kind == bc::OperandKind::kReg && dc != cls;
+      if (narrow_divisor) {
+        // x / s with s broadcast along the tile (softmax's row sums): one reciprocal per s,
+        // then a multiply per element (division costs several multiplies). Differs from
+        // true division by at most one rounding (<= 1 ulp).
+        Operand r = Operand::reg(new_vreg(), dc);
+        push(bc::Opcode::kUReciprocal, t, dc, 0, r, srcs[1]);
+        push(bc::Opcode::kBMul, t, cls, 0, d, srcs[0], r);
+        break;
+      }
       push(static_cast<bc::Opcode>(bc::kFirstBinary + n.op), t, cls, 0, d, srcs[0], srcs[1]);
       break;
+    }
     case OpKind::kSelect:
       push(bc::Opcode::kSelect, ctype_of(i), cls, 0, d, srcs[0], srcs[1], srcs[2]);
       break;
