@@ -80,6 +80,7 @@ std::string aux_str(const Instr& in) {
     case Opcode::kCast:
       return std::string("  to ").append(ctype_str(in.aux));
     case Opcode::kReduce:
+    case Opcode::kReduceDot:
     case Opcode::kArgReduce: {
       std::string s = "  over";
       if (aux_rows(in.aux)) s += " rows";

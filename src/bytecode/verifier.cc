@@ -100,6 +100,11 @@ int operand_uses(const Instr& in, Use* u) {
       u[1] = {'D', in.d, Access::kReadWrite, Where::kReg, t, acc_class(in)};
       u[2] = {'B', in.b, Access::kReadWrite, Where::kReg, CType::kI64, acc_class(in)};
       return 3;
+    case Opcode::kReduceDot:
+      u[0] = src_a;
+      u[1] = {'B', in.b, Access::kRead, Where::kAny, t, in.cls};
+      u[2] = {'D', in.d, Access::kReadWrite, Where::kReg, t, acc_class(in)};
+      return 3;
     case Opcode::kMatMul:  // operands convert from f16/bf16 like Load's source
       u[0] = {'A', in.a, Access::kRead, Where::kDesc, t, in.cls};
       u[1] = {'B', in.b, Access::kRead, Where::kDesc, t, in.cls};
@@ -367,6 +372,10 @@ Status Verifier::check_fields(const Instr& in) const {
       return check_reduce_aux(in);
     case Opcode::kMatMul:
       return check_matmul(in);
+    case Opcode::kReduceDot:  // f32 sums only: its kernels are dot products and FMAs
+      if (!is_float || aux_reduce_op(in.aux) != ReduceOp::kSum)
+        return error("reduce.dot requires compute type f32 and op sum");
+      return check_reduce_aux(in);
     default:
       break;
   }

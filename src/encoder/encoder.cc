@@ -984,6 +984,7 @@ class Emitter {
   bool needed_in_pass(int i, int pass) const;
   void direct_store_peephole();
   void fma_peephole();
+  void dot_peephole();
   void fit_tile_to_cache();
   Status allocate_registers();
 
@@ -1403,6 +1404,38 @@ void Emitter::fma_peephole() {
   code_ = std::move(out);
 }
 
+// sum(x * y) with the product read only by the reduction becomes one reduce.dot pass (the
+// variance of layernorm, the sum of squares of rmsnorm): no product tile is written.
+void Emitter::dot_peephole() {
+  std::vector<int> reads(num_vregs_, 0), def_at(num_vregs_, -1);
+  for (size_t pc = 0; pc < code_.size(); ++pc) {
+    bc::Instr& in = code_[pc];
+    int used = used_fields(in.op);
+    for (int k = 1; k < 4; ++k) {
+      Operand* o = field(in, k);
+      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) reads[o->index]++;
+    }
+    if ((used & 1) && in.d.kind == bc::OperandKind::kReg) def_at[in.d.index] = static_cast<int>(pc);
+  }
+  std::vector<bool> dead(code_.size(), false);
+  for (bc::Instr& in : code_) {
+    if (in.op != bc::Opcode::kReduce || in.ctype != CType::kF32 ||
+        bc::aux_reduce_op(in.aux) != ReduceOp::kSum || in.a.kind != bc::OperandKind::kReg ||
+        reads[in.a.index] != 1)
+      continue;
+    int at = def_at[in.a.index];
+    if (at < 0 || dead[at]) continue;
+    const bc::Instr& mul = code_[at];
+    if (mul.op != bc::Opcode::kBMul || mul.ctype != CType::kF32 || mul.cls != in.cls) continue;
+    in = bc::Instr{bc::Opcode::kReduceDot, CType::kF32, in.cls, 0, in.aux, in.d, mul.a, mul.b, {}};
+    dead[at] = true;
+  }
+  std::vector<bc::Instr> out;
+  for (size_t pc = 0; pc < code_.size(); ++pc)
+    if (!dead[pc]) out.push_back(code_[pc]);
+  code_ = std::move(out);
+}
+
 // Shrinks parallel tile chunks until the live registers fit the L1 budget.
 void Emitter::fit_tile_to_cache() {
   bc::Axis& col = L_.bc_axes[L_.col];
@@ -1494,6 +1527,7 @@ Status Emitter::emit() {
   }
   if (num_vregs_ > bc::kMaxOperandIndex * 4)
     return unimplemented(def_.name + ": kernel too large for one program");
+  dot_peephole();
   fma_peephole();
   direct_store_peephole();
   DVM_RETURN_IF_ERROR(allocate_registers());

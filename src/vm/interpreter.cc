@@ -68,6 +68,7 @@ class BlockRunner {
   void exec_reduce(const Instr& in);
   void exec_argreduce(const Instr& in);
   void exec_matmul(const Instr& in);
+  void exec_reduce_dot(const Instr& in);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
   int64_t cols_of(TileClass c) const { return bc::class_has_cols(c) ? active_cols_ : 1; }
 
@@ -303,6 +304,27 @@ void BlockRunner::exec_data(const Instr& in) {
   }
 }
 
+// acc op= sum of A * B over the masked tile axes: a dot product per row (columns reduced) or a
+// fused multiply-add into the accumulator row (rows reduced / no tile axis reduced).
+void BlockRunner::exec_reduce_dot(const Instr& in) {
+  Ref acc = resolve(in.d, CType::kF32);
+  Ref a = resolve(in.a, CType::kF32);
+  Ref b = resolve(in.b, CType::kF32);
+  bool red_rows = bc::aux_rows(in.aux), red_cols = bc::aux_cols(in.aux);
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  for (int64_t r = 0; r < rows; ++r) {
+    auto* ap = reinterpret_cast<float*>(acc.p + (red_rows ? 0 : r * acc.rs * 4));
+    auto* xa = reinterpret_cast<const float*>(a.p + r * a.rs * 4);
+    auto* xb = reinterpret_cast<const float*>(b.p + r * b.rs * 4);
+    int ai = static_cast<int>(a.cs), bi = static_cast<int>(b.cs);
+    if (red_cols) {
+      cpu::dot_row_f32(ap, xa, ai, xb, bi, cols);
+    } else {
+      cpu::fma_f32(ap, xa, ai, xb, bi, ap, 1, cols);
+    }
+  }
+}
+
 // The tile's rows x cols output block over the whole contraction axis, by the GEMM kernel.
 void BlockRunner::exec_matmul(const Instr& in) {
   const bc::Descriptor& da = p_.descs[in.a.index];
@@ -354,6 +376,10 @@ void BlockRunner::exec_reduce(const Instr& in) {
   }
   if (in.op == bc::Opcode::kArgReduce) {
     exec_argreduce(in);
+    return;
+  }
+  if (in.op == bc::Opcode::kReduceDot) {
+    exec_reduce_dot(in);
     return;
   }
   Ref acc = resolve(in.d, in.ctype);

@@ -574,6 +574,40 @@ void ReduceRowF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) 
   *acc = reduce_combine_f32(op, *acc, r);
 }
 
+// *acc += sum a[i] * b[i], four vector accumulators combined in a fixed order.
+void DotRowF32(float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
+  if (n <= 0) return;
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF ba = hn::Set(d, a[0]), bb = hn::Set(d, b[0]);
+  const auto la = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : ba; };
+  const auto lb = [&](int64_t i) { return binc ? hn::LoadU(d, b + i) : bb; };
+  VF acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    acc0 = hn::MulAdd(la(i), lb(i), acc0);
+    acc1 = hn::MulAdd(la(i + N), lb(i + N), acc1);
+    acc2 = hn::MulAdd(la(i + 2 * N), lb(i + 2 * N), acc2);
+    acc3 = hn::MulAdd(la(i + 3 * N), lb(i + 3 * N), acc3);
+  }
+  for (; i + N <= n; i += N) acc0 = hn::MulAdd(la(i), lb(i), acc0);
+  if (i < n) {
+    HWY_ALIGN float xa[kMaxLanes];
+    HWY_ALIGN float xb[kMaxLanes];
+    for (int64_t k = 0; k < N; ++k) {
+      xa[k] = i + k < n ? a[ainc ? i + k : 0] : 0.0f;
+      xb[k] = i + k < n ? b[binc ? i + k : 0] : 0.0f;
+    }
+    acc1 = hn::MulAdd(hn::Load(d, xa), hn::Load(d, xb), acc1);
+  }
+  acc0 = hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3));
+  HWY_ALIGN float lanes[kMaxLanes];
+  hn::Store(acc0, d, lanes);
+  float r = lanes[0];
+  for (int64_t k = 1; k < N; ++k) r += lanes[k];
+  *acc += r;
+}
+
 void AccumulateF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
   const DF d;
   const auto run = [&](auto f) { Map2(d, d, acc, acc, 1, a, ainc, n, f); };
@@ -610,6 +644,7 @@ HWY_EXPORT(CompareF32);
 HWY_EXPORT(Select32);
 HWY_EXPORT(FmaF32);
 HWY_EXPORT(ReduceRowF32);
+HWY_EXPORT(DotRowF32);
 HWY_EXPORT(AccumulateF32);
 HWY_EXPORT(TargetId);
 
@@ -920,6 +955,9 @@ void store_convert(DType to, void* dst, int64_t dstride, const void* src, int si
 
 void reduce_row_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ReduceRowF32)(op, acc, a, ainc, n);
+}
+void dot_row_f32(float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DotRowF32)(acc, a, ainc, b, binc, n);
 }
 void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n) {
   reduce_row_int<int32_t>(op, acc, a, ainc, n);

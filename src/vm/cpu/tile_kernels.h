@@ -68,6 +68,8 @@ void store_convert(DType to, void* dst, int64_t dstride, const void* src, int si
 void reduce_row_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n);
 void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n);
 void reduce_row_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64_t n);
+// *acc += sum a[i] * b[i] (f32, fused multiply-adds, fixed order: deterministic).
+void dot_row_f32(float* acc, const float* a, int ainc, const float* b, int binc, int64_t n);
 // acc[i] = combine(acc[i], a[i])
 void accumulate_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n);
 void accumulate_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n);
