@@ -1,4 +1,6 @@
 // MatMul ("cube") and matmul with fused epilogues ("mix") on the VM, against the reference.
+#include "bytecode/verifier.h"
+#include "encoder/encoder.h"
 #include "vm_test_util.h"
 
 namespace dvm::testing {
@@ -140,6 +142,76 @@ TEST(MatMul, BadShapesAreErrors) {
   ASSERT_FALSE(shapes.is_ok());
   EXPECT_NE(shapes.status().message().find("[3, 4] x [5, 6]"), std::string::npos)
       << shapes.status().to_string();
+}
+
+}  // namespace
+}  // namespace dvm::testing
+
+namespace dvm::testing {
+namespace {
+
+// Encodes a [6, 5] x [5, 4] matmul and returns its program.
+bc::Program encoded_matmul(std::vector<Buffer>* keep) {
+  KernelBuilder kb("mm_verify");
+  Value a = kb.load("a", DType::kF32, {6, 5});
+  Value b = kb.load("b", DType::kF32, {5, 4});
+  kb.store("y", kb.matmul(a, b));
+  Kernel k = kb.build().value();
+  std::mt19937 rng(9);
+  keep->push_back(make_buffer(DType::kF32, {6, 5}, rng));
+  keep->push_back(make_buffer(DType::kF32, {5, 4}, rng));
+  keep->push_back(make_buffer(DType::kF32, {6, 4}, rng));
+  std::vector<TensorArg> in = {(*keep)[0].arg, (*keep)[1].arg}, out = {(*keep)[2].arg};
+  ir::Binding binding;
+  EXPECT_TRUE(ir::bind_shapes(k.def(), in, &binding).is_ok());
+  enc::EncodedKernel ek;
+  EXPECT_TRUE(enc::encode(k.def(), binding, in, out, {}, &ek).is_ok());
+  return ek.programs.at(0)->program;
+}
+
+int contraction_axis(const bc::Program& p) {
+  for (size_t a = 0; a < p.axes.size(); ++a)
+    if (p.axes[a].iter == bc::AxisIter::kContract) return static_cast<int>(a);
+  return -1;
+}
+
+TEST(MatMulVerifier, AcceptsEncodedAndBoundsTheContraction) {
+  std::vector<Buffer> keep;
+  bc::Program p = encoded_matmul(&keep);
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  ASSERT_TRUE(bc::verify(p, &spans).is_ok()) << bc::disassemble(p);
+  EXPECT_EQ(spans[0], (std::pair<int64_t, int64_t>{0, 29}));  // all of a [6, 5]
+  EXPECT_EQ(spans[1], (std::pair<int64_t, int64_t>{0, 19}));  // all of b [5, 4]
+  int k = contraction_axis(p);
+  ASSERT_GE(k, 0);
+  p.axes[k].extent = 9;  // a longer contraction reaches past both operands
+  ASSERT_TRUE(bc::verify(p, &spans).is_ok());
+  EXPECT_GT(spans[0].second, 29);
+  EXPECT_GT(spans[1].second, 19);
+}
+
+TEST(MatMulVerifier, RejectsCorruptedMatMuls) {
+  std::vector<Buffer> keep;
+  const bc::Program good = encoded_matmul(&keep);
+  int k = contraction_axis(good);
+  ASSERT_GE(k, 0);
+  {
+    bc::Program p = good;  // the contraction axis walked by the grid instead
+    p.axes[k].iter = bc::AxisIter::kGrid;
+    EXPECT_FALSE(bc::verify(p, nullptr).is_ok());
+  }
+  {
+    bc::Program p = good;  // operands of different dtypes
+    p.descs[0].dtype = DType::kF16;
+    Status s = bc::verify(p, nullptr);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("matmul"), std::string::npos) << s.to_string();
+  }
+  {
+    bc::Program p = good;  // the contraction axis as a tile axis
+    p.axes[k].tile = bc::AxisTile::kRow;
+    EXPECT_FALSE(bc::verify(p, nullptr).is_ok());
+  }
 }
 
 }  // namespace
