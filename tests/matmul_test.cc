@@ -216,3 +216,50 @@ TEST(MatMulVerifier, RejectsCorruptedMatMuls) {
 
 }  // namespace
 }  // namespace dvm::testing
+
+namespace dvm::testing {
+namespace {
+
+TEST(MatMul, ReductionsOfMatmulOutputs) {
+  std::mt19937 rng(10);
+  // Row-wise softmax of x @ W shares the matmul's tile: one program.
+  {
+    KernelBuilder kb("mm_softmax");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {S, 32});
+    Value w = kb.load("w", DType::kF32, {32, 48});
+    Value s = kb.matmul(x, w);
+    Value e = kb.unary(UnaryOp::kExp, kb.sub(s, kb.max(s, {-1}, true)));
+    kb.store("y", kb.div(e, kb.sum(e, {-1}, true)));
+    Kernel k = kb.build().value();
+    for (int64_t n : {1, 9, 130}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {n, 32}, rng),
+                                make_buffer(DType::kF32, {32, 48}, rng)};
+      expect_matches_reference(k, in, Tolerance{1e-5, 1e-4});
+      auto ck = CompiledKernel::create(k).value();
+      std::vector<TensorArg> args = {in[0].arg, in[1].arg};
+      Buffer y = make_buffer(DType::kF32, {n, 48}, rng);
+      RunStats st;
+      ASSERT_TRUE(ck->run(args, {&y.arg, 1}, {}, &st).is_ok());
+      EXPECT_EQ(st.programs, 1);
+    }
+  }
+  // A column sum of x @ W cannot share the tile: the product is computed once, then reduced.
+  {
+    KernelBuilder kb("mm_colsum");
+    Value x = kb.load("x", DType::kF32, {kb.symbol("S"), 24});
+    Value w = kb.load("w", DType::kF32, {24, 40});
+    Value s = kb.matmul(x, w);
+    kb.store("c", kb.sum(kb.unary(UnaryOp::kTanh, s), {0}));
+    kb.store("y", kb.unary(UnaryOp::kRelu, s));
+    Kernel k = kb.build().value();
+    for (int64_t n : {1, 37}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {n, 24}, rng),
+                                make_buffer(DType::kF32, {24, 40}, rng)};
+      expect_matches_reference(k, in, Tolerance{1e-4, 1e-4});
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dvm::testing

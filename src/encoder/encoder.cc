@@ -30,6 +30,8 @@ constexpr int64_t kRegBudgetBytes = 128 * 1024;
 // Reductions with fewer outputs than kSplitParts over at least kSplitMinElems inputs are
 // split across kSplitParts blocks and combined by a second program.
 constexpr int64_t kSplitParts = 16;
+// A row-wise reduction of a matmul's output shares its tile up to this row length.
+constexpr int64_t kMaxMatmulRow = 2048;
 constexpr int64_t kSplitMinElems = int64_t{1} << 17;
 
 // ---- affine maps and views -------------------------------------------------------------
@@ -189,6 +191,8 @@ class Encoder {
   bool should_split(int stage, int node) const;
   Status visit_matmul(int stage, int node, const NodeMap& map, int* inst);
   Status operand_view(int node, View* v);
+  void plan_matmuls();
+  bool reduce_fits_matmul_tile(int node) const;
   Status visit_split_reduce(int stage, int node, const NodeMap& map, int* inst);
   Status visit_reshape(int stage, int node, const NodeMap& map, int* inst);
   Status load_inst(int stage, int node, const View& v, const NodeMap& map, int* inst);
@@ -208,6 +212,10 @@ class Encoder {
   std::vector<int> order_;                               // stage execution order
   std::vector<std::pair<int, Workspace>> materialized_;  // node -> workspace
   std::vector<Workspace> workspaces_;
+  // Per node: a matmul whose result feeds a reduction that cannot share its tile is computed
+  // once into a workspace, instead of once in every stage that needs it.
+  std::vector<char> mm_alone_;
+  int computing_root_ = -1;  // the node a materialisation stage is being built for
 };
 
 const CShape& shape_of(const ir::Binding& b, int node) {
@@ -376,9 +384,39 @@ Status Encoder::materialize(int node, View* ws) {
   View v = contiguous_view(slot, ctype_dtype(compute_type(nd.dtype)), shape_of(b_, node));
   workspaces_.push_back(Workspace{slot, v});
   materialized_.push_back({node, Workspace{slot, v}});
+  computing_root_ = node;
   DVM_RETURN_IF_ERROR(add_sink(node, v, /*joinable=*/false));
   *ws = v;
   return Status::ok();
+}
+
+// A reduction shares a matmul's tile (a single pass, row-wise: softmax of x @ W) when it
+// reduces the matmul output's last axis and a whole row fits one tile.
+bool Encoder::reduce_fits_matmul_tile(int node) const {
+  const Node& n = def_.nodes[node];
+  const CShape& in = shape_of(b_, n.inputs[0]);
+  return in.rank >= 2 && n.attr.size() == 1 && n.attr[0] == in.rank - 1 &&
+         in.d[in.rank - 1] <= kMaxMatmulRow;
+}
+
+// Marks the matmuls that feed, through elementwise ops, a reduction that cannot share their
+// tile.
+void Encoder::plan_matmuls() {
+  mm_alone_.assign(def_.nodes.size(), 0);
+  for (size_t r = 0; r < def_.nodes.size(); ++r) {
+    if (def_.nodes[r].kind != OpKind::kReduce || reduce_fits_matmul_tile(static_cast<int>(r)))
+      continue;
+    std::vector<int> todo = {def_.nodes[r].inputs[0]};
+    while (!todo.empty()) {
+      int x = todo.back();
+      todo.pop_back();
+      const Node& n = def_.nodes[x];
+      if (n.kind == OpKind::kMatMul) mm_alone_[x] = 1;
+      bool elementwise = n.kind == OpKind::kUnary || n.kind == OpKind::kBinary ||
+                         n.kind == OpKind::kSelect || n.kind == OpKind::kCast;
+      if (elementwise) todo.insert(todo.end(), n.inputs.begin(), n.inputs.end());
+    }
+  }
 }
 
 Status Encoder::visit_reshape(int stage, int node, const NodeMap& map, int* inst) {
@@ -505,7 +543,11 @@ Status Encoder::visit_split_reduce(int stage, int node, const NodeMap& map, int*
 }
 
 Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst) {
-  if (stages_[stage].has_matmul) {  // a matmul stage's tiles never loop: reduce elsewhere
+  const Stage& ms = stages_[stage];
+  bool row_reduce = ms.has_matmul && reduce_fits_matmul_tile(node) &&
+                    (!ms.has_reduce || ms.reduce_set == (1u << ms.mm_n)) &&
+                    def_.nodes[node].keepdims && map.e[map.rank - 1].axis == ms.mm_n;
+  if (ms.has_matmul && !row_reduce) {  // a matmul stage's tiles never loop: reduce elsewhere
     View ws;
     DVM_RETURN_IF_ERROR(materialize(node, &ws));
     return load_inst(stage, node, ws, map, inst);
@@ -586,8 +628,13 @@ Status Encoder::visit_matmul(int stage, int node, const NodeMap& map, int* inst)
   const MapEntry em = map.e[r - 2];
   const MapEntry en = map.e[r - 1];
   const Stage& st = stages_[stage];
-  bool fits = !st.has_reduce && plain_entry(em, out.d[r - 2]) && plain_entry(en, out.d[r - 1]) &&
-              em.axis != en.axis && (!st.has_matmul || (st.mm_m == em.axis && st.mm_n == en.axis));
+  bool alone = mm_alone_[node] && computing_root_ != node;
+  if (computing_root_ == node) computing_root_ = -1;
+  bool reduce_ok =
+      !st.has_reduce || (st.reduce_set == (1u << en.axis) && out.d[r - 1] <= kMaxMatmulRow);
+  bool fits = !alone && reduce_ok && plain_entry(em, out.d[r - 2]) &&
+              plain_entry(en, out.d[r - 1]) && em.axis != en.axis &&
+              (!st.has_matmul || (st.mm_m == em.axis && st.mm_n == en.axis));
   for (int i = 0; i < r - 2; ++i) fits &= map.e[i].start == 0 && map.e[i].step >= 0;
   if (!fits) {  // not the stage's tile (or the stage reduces): compute it in its own stage
     View ws;
@@ -600,6 +647,14 @@ Status Encoder::visit_matmul(int stage, int node, const NodeMap& map, int* inst)
     zero.kind = InstKind::kScalar;
     *inst = add_inst(stage, std::move(zero));
     return Status::ok();
+  }
+  const auto& existing = stages_[stage].insts;
+  for (size_t i = 0; i < existing.size(); ++i) {  // visited before: reuse (and its K axis)
+    if (existing[i].kind == InstKind::kMatMul && existing[i].node == node &&
+        existing[i].map == map) {
+      *inst = static_cast<int>(i);
+      return Status::ok();
+    }
   }
   View va, vb;
   DVM_RETURN_IF_ERROR(operand_view(n.inputs[0], &va));
@@ -834,6 +889,8 @@ void choose_matmul_tiling(Layout* L, int threads) {
   };
   chunk[L->row] = balanced(L->axes[L->row].extent, t.m, micro.m);
   chunk[L->col] = balanced(L->axes[L->col].extent, t.n, 16);
+  // A row-wise reduction in the tile needs whole rows (a single pass).
+  if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
   while (grid_size(*L, chunk) < 2 * threads) {
     if (chunk[L->row] >= 32) {
       chunk[L->row] = (chunk[L->row] + 1) / 2;
@@ -1618,6 +1675,7 @@ Status Encoder::emit_stage(int stage, EncodedKernel* out) {
 
 Status Encoder::run(EncodedKernel* out) {
   int ni = static_cast<int>(inputs_.size());
+  plan_matmuls();
   for (size_t k = 0; k < def_.outputs.size(); ++k) {
     View v = arg_view(ni + static_cast<int>(k), outputs_[k]);
     DVM_RETURN_IF_ERROR(add_sink(def_.outputs[k].node, v, /*joinable=*/true));
