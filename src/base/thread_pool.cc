@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -18,8 +19,33 @@ struct Job {
   const std::function<void(int)>* fn;
   std::atomic<int> next{0};
   std::atomic<int> done{0};
+  std::atomic<int> active{0};  // workers inside drain() of this job
   int parts = 0;
 };
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spins while `busy()` for up to `us` microseconds; true if it became false. Waking a thread
+// blocked in the kernel costs tens of microseconds, more than a mid-sized launch runs for, so
+// both sides spin briefly before they block.
+template <typename F>
+bool spin_while(F busy, int us) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  for (int i = 0; busy(); ++i) {
+    cpu_relax();
+    if ((i & 255) == 255 && std::chrono::steady_clock::now() > until) return false;
+  }
+  return true;
+}
+
+constexpr int kWorkerSpinUs = 200;
+constexpr int kCallerSpinUs = 500;
 
 class Pool {
  public:
@@ -44,6 +70,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int i = 0; i < helpers; ++i) queue_.push_back(&job);
+      queued_.fetch_add(helpers, std::memory_order_release);
     }
     if (helpers == 1) {
       cv_.notify_one();
@@ -55,11 +82,18 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = queue_.begin(); it != queue_.end();) {
-        it = (*it == &job) ? queue_.erase(it) : it + 1;
+        if (*it == &job) {
+          it = queue_.erase(it);
+          queued_.fetch_sub(1, std::memory_order_relaxed);
+        } else {
+          ++it;
+        }
       }
     }
+    auto finished = [&] { return job.done.load() == job.parts && job.active.load() == 0; };
+    if (spin_while([&] { return !finished(); }, kCallerSpinUs)) return;
     std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return job.done.load() == job.parts && active_on(&job) == 0; });
+    done_cv_.wait(lock, finished);
   }
 
  private:
@@ -69,23 +103,20 @@ class Pool {
       job->done.fetch_add(1);
     }
   }
-  int active_on(Job* job) {
-    int n = 0;
-    for (Job* j : running_) n += (j == job);
-    return n;
-  }
   void work() {
-    std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
+      spin_while([&] { return queued_.load(std::memory_order_acquire) == 0; }, kWorkerSpinUs);
+      std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (stop_) return;
       Job* job = queue_.front();
       queue_.pop_front();
-      running_.push_back(job);
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+      job->active.fetch_add(1);
       lock.unlock();
       drain(job);
       lock.lock();
-      running_.erase(std::find(running_.begin(), running_.end(), job));
+      job->active.fetch_sub(1);  // under the lock: the caller may block on done_cv_
       done_cv_.notify_all();
     }
   }
@@ -93,7 +124,7 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::deque<Job*> queue_;
-  std::vector<Job*> running_;
+  std::atomic<int> queued_{0};
   std::vector<std::thread> workers_;
   bool stop_ = false;
 };
