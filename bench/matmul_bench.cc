@@ -14,6 +14,8 @@
 
 #ifdef DVM_HAVE_OPENBLAS
 #include <cblas.h>
+// OpenBLAS's own thread control; declared here because not every cblas.h declares it.
+extern "C" void openblas_set_num_threads(int num_threads);
 #endif
 
 namespace {
@@ -76,9 +78,7 @@ void BM_openblas_sgemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   auto x = random_vec(m * k, 1), w = random_vec(k * n, 2);
   std::vector<float> y(static_cast<size_t>(m * n));
-#ifdef DVM_HAVE_OPENBLAS_SET_NUM_THREADS
   openblas_set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
-#endif
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.f, x.data(), static_cast<int>(k), w.data(),
