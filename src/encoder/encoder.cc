@@ -1,6 +1,9 @@
 // The runtime operator compiler. See encoder.h for the pipeline; the stages of it are the
 // sections of this file, in order: views, stage construction (visit), domain layout (order,
 // fold, tile, grid), scheduling and emission, register allocation, program assembly.
+// Over the ~1,000-line guideline: the sections share the stage types, which are private to
+// this translation unit so that the encoder's hot path inlines; splitting it into
+// stages / layout / emitter files behind an internal header is the next refactor.
 #include "encoder/encoder.h"
 
 #include <algorithm>
@@ -1379,6 +1382,34 @@ Operand* field(bc::Instr& in, int k) {
   }
 }
 
+// Per virtual register: how many instructions read it (accumulators count as read by their
+// reductions) and where it is defined (last definition).
+void count_uses(const std::vector<bc::Instr>& code, int num_vregs, std::vector<int>* reads,
+                std::vector<int>* def_at) {
+  reads->assign(num_vregs, 0);
+  def_at->assign(num_vregs, -1);
+  for (size_t pc = 0; pc < code.size(); ++pc) {
+    bc::Instr in = code[pc];
+    int used = used_fields(in.op);
+    for (int k = 1; k < 4; ++k) {
+      Operand* o = field(in, k);
+      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) (*reads)[o->index]++;
+    }
+    bool acc = in.op == bc::Opcode::kReduce || in.op == bc::Opcode::kArgReduce ||
+               in.op == bc::Opcode::kReduceDot;
+    if (acc) (*reads)[in.d.index]++;
+    if ((used & 1) && in.d.kind == bc::OperandKind::kReg)
+      (*def_at)[in.d.index] = static_cast<int>(pc);
+  }
+}
+
+void drop_dead(const std::vector<bool>& dead, std::vector<bc::Instr>* code) {
+  std::vector<bc::Instr> out;
+  for (size_t pc = 0; pc < code->size(); ++pc)
+    if (!dead[pc]) out.push_back((*code)[pc]);
+  *code = std::move(out);
+}
+
 bool writes_result(const bc::Instr& in) {
   bc::Family f = bc::kOpInfo[static_cast<int>(in.op)].family;
   if (f == bc::Family::kUnary || f == bc::Family::kBinary) return true;
@@ -1398,15 +1429,8 @@ CType result_ctype(const bc::Instr& in) {
 
 // A value computed only to be stored is written straight to the output by its last op.
 void Emitter::direct_store_peephole() {
-  std::vector<int> reads(num_vregs_, 0);
-  for (bc::Instr& in : code_) {
-    int used = used_fields(in.op);
-    for (int k = 1; k < 4; ++k) {
-      Operand* o = field(in, k);
-      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) reads[o->index]++;
-    }
-    if (in.op == bc::Opcode::kReduce || in.op == bc::Opcode::kArgReduce) reads[in.d.index]++;
-  }
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
   std::vector<bc::Instr> out;
   for (bc::Instr& in : code_) {
     if (in.op == bc::Opcode::kStore && !out.empty() && in.a.kind == bc::OperandKind::kReg) {
@@ -1428,17 +1452,8 @@ void Emitter::direct_store_peephole() {
 // x * y + z with the product used once becomes one fused multiply-add: one pass over the
 // tile instead of two (f32 only; the rounding is that of a true FMA).
 void Emitter::fma_peephole() {
-  std::vector<int> reads(num_vregs_, 0), def_at(num_vregs_, -1);
-  for (size_t pc = 0; pc < code_.size(); ++pc) {
-    bc::Instr& in = code_[pc];
-    int used = used_fields(in.op);
-    for (int k = 1; k < 4; ++k) {
-      Operand* o = field(in, k);
-      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) reads[o->index]++;
-    }
-    if (in.op == bc::Opcode::kReduce || in.op == bc::Opcode::kArgReduce) reads[in.d.index]++;
-    if ((used & 1) && in.d.kind == bc::OperandKind::kReg) def_at[in.d.index] = static_cast<int>(pc);
-  }
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
   std::vector<bool> dead(code_.size(), false);
   for (bc::Instr& in : code_) {
     if (in.op != bc::Opcode::kBAdd || in.ctype != CType::kF32) continue;
@@ -1455,25 +1470,14 @@ void Emitter::fma_peephole() {
       break;
     }
   }
-  std::vector<bc::Instr> out;
-  for (size_t pc = 0; pc < code_.size(); ++pc)
-    if (!dead[pc]) out.push_back(code_[pc]);
-  code_ = std::move(out);
+  drop_dead(dead, &code_);
 }
 
 // sum(x * y) with the product read only by the reduction becomes one reduce.dot pass (the
 // variance of layernorm, the sum of squares of rmsnorm): no product tile is written.
 void Emitter::dot_peephole() {
-  std::vector<int> reads(num_vregs_, 0), def_at(num_vregs_, -1);
-  for (size_t pc = 0; pc < code_.size(); ++pc) {
-    bc::Instr& in = code_[pc];
-    int used = used_fields(in.op);
-    for (int k = 1; k < 4; ++k) {
-      Operand* o = field(in, k);
-      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) reads[o->index]++;
-    }
-    if ((used & 1) && in.d.kind == bc::OperandKind::kReg) def_at[in.d.index] = static_cast<int>(pc);
-  }
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
   std::vector<bool> dead(code_.size(), false);
   for (bc::Instr& in : code_) {
     if (in.op != bc::Opcode::kReduce || in.ctype != CType::kF32 ||
@@ -1487,10 +1491,7 @@ void Emitter::dot_peephole() {
     in = bc::Instr{bc::Opcode::kReduceDot, CType::kF32, in.cls, 0, in.aux, in.d, mul.a, mul.b, {}};
     dead[at] = true;
   }
-  std::vector<bc::Instr> out;
-  for (size_t pc = 0; pc < code_.size(); ++pc)
-    if (!dead[pc]) out.push_back(code_[pc]);
-  code_ = std::move(out);
+  drop_dead(dead, &code_);
 }
 
 // Shrinks parallel tile chunks until the live registers fit the L1 budget.
