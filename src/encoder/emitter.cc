@@ -1,0 +1,548 @@
+#include "encoder/emitter.h"
+
+#include <algorithm>
+
+namespace dvm::enc {
+
+namespace {
+
+bool is_predicate(UnaryOp op) {
+  return op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
+}
+
+}  // namespace
+
+int Emitter::add_desc(int slot, DType dtype, int64_t offset, const int64_t* dom_stride) {
+  bc::Descriptor d;
+  d.slot = static_cast<uint16_t>(slot);
+  d.dtype = dtype;
+  d.offset = offset;
+  int64_t touched = 1;
+  for (int a = 0; a < kMaxDomAxes; ++a) {
+    int f = L_.final_of[a];
+    if (f < 0 || dom_stride[a] == 0) continue;
+    d.stride[f] = dom_stride[L_.axes[f].inner];  // a folded axis walks like its innermost
+  }
+  for (size_t f = 0; f < L_.axes.size(); ++f)
+    if (d.stride[f] != 0) touched *= L_.axes[f].extent;
+  bytes_ += touched * dtype_size(dtype);
+  prog_.descs.push_back(d);
+  return static_cast<int>(prog_.descs.size()) - 1;
+}
+
+int Emitter::add_const(double f, int64_t i) {
+  bc::Constant c;
+  c.f32 = static_cast<float>(f);
+  c.i32 = static_cast<int32_t>(static_cast<uint64_t>(i));
+  c.i64 = i;
+  prog_.consts.push_back(c);
+  return static_cast<int>(prog_.consts.size()) - 1;
+}
+
+Operand Emitter::ensure(int i) {
+  const Inst& in = st_.insts[i];
+  if (vreg_[i] >= 0) return operand_[i];
+  const Node& n = def_.nodes[in.node];
+  if (in.kind == InstKind::kScalar) {
+    if (n.kind == OpKind::kParam) return Operand::param(n.slot);
+    return Operand::constant(add_const(n.fconst, n.iconst));
+  }
+  if (in.kind == InstKind::kLoad) {
+    if (direct_[i] < 0)
+      direct_[i] = add_desc(in.view.slot, in.view.dtype, in.dom_offset, in.dom_stride);
+    const bc::Descriptor& d = prog_.descs[direct_[i]];
+    int64_t cs = d.stride[L_.col];
+    bool direct = in.view.dtype == ctype_dtype(ctype_of(i)) && (cs == 0 || cs == 1);
+    if (direct) return Operand::desc(direct_[i]);
+    Operand dst = Operand::reg(new_vreg(), class_of(i));
+    push(bc::Opcode::kLoad, ctype_of(i), class_of(i), 0, dst, Operand::desc(direct_[i]));
+    vreg_[i] = dst.index;
+    operand_[i] = dst;
+    return dst;
+  }
+  if (in.kind == InstKind::kMatMul) {
+    const Inst& a = st_.insts[in.inputs[0]];
+    const Inst& b = st_.insts[in.inputs[1]];
+    int da = add_desc(a.view.slot, a.view.dtype, a.dom_offset, a.dom_stride);
+    int db = add_desc(b.view.slot, b.view.dtype, b.dom_offset, b.dom_stride);
+    Operand dst = Operand::reg(new_vreg(), class_of(i));
+    push(bc::Opcode::kMatMul, CType::kF32, class_of(i),
+         static_cast<uint16_t>(L_.final_of[in.contract]), dst, Operand::desc(da),
+         Operand::desc(db));
+    vreg_[i] = dst.index;
+    operand_[i] = dst;
+    return dst;
+  }
+  if (in.kind == InstKind::kReduce) {
+    if (L_.loop_mode) return operand_[i];  // computed by its pass
+    emit_reduce_begin(i);
+    emit_reduce_step(i);
+    return emit_reduce_end(i);
+  }
+  Operand r = emit_compute(i);
+  vreg_[i] = r.index;
+  operand_[i] = r;
+  return r;
+}
+
+Operand Emitter::emit_cast(int i, Operand src) {
+  const Inst& in = st_.insts[i];
+  const Node& n = def_.nodes[in.node];
+  CType from = ctype_of(in.inputs[0]);
+  CType to = compute_type(n.dtype);
+  TileClass cls = class_of(i);
+  if (n.dtype == DType::kBool) {
+    Operand d = Operand::reg(new_vreg(), cls);
+    push(bc::Opcode::kBNe, from, cls, 0, d, src, Operand::constant(add_const(0, 0)));
+    return d;
+  }
+  if (from != to) {
+    Operand d = Operand::reg(new_vreg(), cls);
+    push(bc::Opcode::kCast, from, cls, static_cast<uint16_t>(to), d, src);
+    src = d;
+  }
+  if (n.dtype == DType::kF16 || n.dtype == DType::kBF16) {
+    Operand d = Operand::reg(new_vreg(), cls);
+    push(n.dtype == DType::kF16 ? bc::Opcode::kRoundF16 : bc::Opcode::kRoundBF16, CType::kF32, cls,
+         0, d, src);
+    return d;
+  }
+  if (src.kind != bc::OperandKind::kReg) {
+    Operand d = Operand::reg(new_vreg(), cls);  // keep every computed value in a register
+    push(bc::Opcode::kMov, to, cls, 0, d, src);
+    return d;
+  }
+  return src;
+}
+
+Operand Emitter::emit_compute(int i) {
+  const Inst& in = st_.insts[i];
+  const Node& n = def_.nodes[in.node];
+  Operand srcs[3];
+  for (size_t k = 0; k < in.inputs.size(); ++k) srcs[k] = ensure(in.inputs[k]);
+  TileClass cls = class_of(i);
+  if (n.kind == OpKind::kCast) return emit_cast(i, srcs[0]);
+  Operand d = Operand::reg(new_vreg(), cls);
+  CType t = ctype_of(in.inputs[0]);
+  switch (n.kind) {
+    case OpKind::kUnary:
+      push(static_cast<bc::Opcode>(bc::kFirstUnary + n.op), t, cls, 0, d, srcs[0]);
+      break;
+    case OpKind::kBinary: {
+      TileClass dc = class_of(in.inputs[1]);
+      bool narrow_divisor = n.binary_op() == BinaryOp::kDiv && t == CType::kF32 &&
+                            srcs[1].kind == bc::OperandKind::kReg && dc != cls;
+      if (narrow_divisor) {
+        // x / s with s broadcast along the tile (softmax's row sums): one reciprocal per s,
+        // then a multiply per element (division costs several multiplies). Differs from
+        // true division by at most one rounding (<= 1 ulp).
+        Operand r = Operand::reg(new_vreg(), dc);
+        push(bc::Opcode::kUReciprocal, t, dc, 0, r, srcs[1]);
+        push(bc::Opcode::kBMul, t, cls, 0, d, srcs[0], r);
+        break;
+      }
+      push(static_cast<bc::Opcode>(bc::kFirstBinary + n.op), t, cls, 0, d, srcs[0], srcs[1]);
+      break;
+    }
+    case OpKind::kSelect:
+      push(bc::Opcode::kSelect, ctype_of(i), cls, 0, d, srcs[0], srcs[1], srcs[2]);
+      break;
+    default:
+      break;
+  }
+  return d;
+}
+
+void Emitter::emit_reduce_begin(int i) {
+  const Inst& in = st_.insts[i];
+  ReduceOp op = def_.nodes[in.node].reduce_op();
+  CType t = ctype_of(in.inputs[0]);
+  TileClass cls = class_of(i);
+  if (op == ReduceOp::kMean) op = ReduceOp::kSum;
+  Operand acc = Operand::reg(new_vreg(), cls);
+  push(bc::Opcode::kFill, t, cls, bc::reduce_aux(op, false, false), acc);
+  vreg_[i] = acc.index;
+  operand_[i] = acc;
+  if (op == ReduceOp::kArgMax || op == ReduceOp::kArgMin) {
+    Operand idx = Operand::reg(new_vreg(), cls);
+    push(bc::Opcode::kFill, CType::kI64, cls, bc::reduce_aux(ReduceOp::kSum, false, false), idx);
+    acc_idx_[i] = idx.index;
+  }
+}
+
+void Emitter::emit_reduce_step(int i) {
+  const Inst& in = st_.insts[i];
+  ReduceOp op = def_.nodes[in.node].reduce_op();
+  if (op == ReduceOp::kMean) op = ReduceOp::kSum;
+  CType t = ctype_of(in.inputs[0]);
+  uint32_t red = final_mask(in.reduced);
+  bool rows = L_.row >= 0 && (red >> L_.row & 1);
+  bool cols = red >> L_.col & 1;
+  Operand src = ensure(in.inputs[0]);
+  TileClass sc = class_of(in.inputs[0]);
+  TileClass wide = bc::make_class(bc::class_has_rows(sc) || rows, bc::class_has_cols(sc) || cols);
+  if (wide != sc) {
+    // The input does not vary along a reduced tile axis: broadcast it to the tile first.
+    Operand w = Operand::reg(new_vreg(), wide);
+    push(bc::Opcode::kMov, t, wide, 0, w, src);
+    src = w;
+  }
+  Operand acc = Operand::reg(vreg_[i], class_of(i));
+  if (op == ReduceOp::kArgMax || op == ReduceOp::kArgMin) {
+    int axis = 0;
+    for (int a = 0; a < static_cast<int>(L_.axes.size()); ++a)
+      if (red >> a & 1) axis = a;
+    if (red == 0) return;  // reduced axis of extent 1: index 0, as filled
+    push(bc::Opcode::kArgReduce, t, wide, bc::reduce_aux(op, rows, cols, axis), acc, src,
+         Operand::reg(acc_idx_[i], class_of(i)));
+    return;
+  }
+  push(bc::Opcode::kReduce, t, wide, bc::reduce_aux(op, rows, cols), acc, src);
+}
+
+Operand Emitter::emit_reduce_end(int i) {
+  const Inst& in = st_.insts[i];
+  ReduceOp op = def_.nodes[in.node].reduce_op();
+  TileClass cls = class_of(i);
+  Operand r = operand_[i];
+  if (op == ReduceOp::kArgMax || op == ReduceOp::kArgMin) {
+    r = Operand::reg(acc_idx_[i], cls);
+  } else if (op == ReduceOp::kMean && !st_.partial) {
+    int64_t count = 1;
+    const CShape& s = b_.shapes[def_.nodes[in.node].inputs[0]];
+    for (int64_t a : def_.nodes[in.node].attr) count *= s.d[a];
+    Operand d = Operand::reg(new_vreg(), cls);
+    double inv = 1.0 / static_cast<double>(count);  // count 0: inf, and 0 * inf = NaN
+    push(bc::Opcode::kBMul, CType::kF32, cls, 0, d, r, Operand::constant(add_const(inv, 0)));
+    r = d;
+  }
+  vreg_[i] = r.index;
+  operand_[i] = r;
+  return r;
+}
+
+void Emitter::emit_store(const Sink& s) {
+  Operand src = ensure(s.inst);
+  int d = add_desc(s.slot, s.dtype, s.dom_offset, s.dom_stride);
+  // The destination may vary along a tile axis the value does not (a broadcast stored): the
+  // store walks the destination's tile, reading the value with stride 0 along that axis.
+  uint32_t dst = 0;
+  for (int a = 0; a < kMaxDomAxes; ++a)
+    if (s.dom_stride[a] != 0) dst |= 1u << a;
+  dst = final_mask(dst);
+  TileClass cls = class_of(s.inst);
+  cls = bc::make_class(bc::class_has_rows(cls) || (L_.row >= 0 && (dst >> L_.row & 1)),
+                       bc::class_has_cols(cls) || (dst >> L_.col & 1));
+  push(bc::Opcode::kStore, ctype_of(s.inst), cls, 0, Operand::desc(d), src);
+}
+
+void Emitter::compute_levels() {
+  for (size_t i = 0; i < st_.insts.size(); ++i) {
+    Inst& in = st_.insts[i];
+    int lvl = 0;
+    for (int c : in.inputs) lvl = std::max(lvl, st_.insts[c].level);
+    in.level = in.kind == InstKind::kReduce ? lvl + 1 : lvl;
+    max_level_ = std::max(max_level_, in.level);
+  }
+}
+
+void Emitter::emit_single_pass() {
+  for (const Sink& s : st_.sinks) emit_store(s);
+}
+
+void Emitter::emit_pass_body(int pass) {
+  std::vector<int> reduces;
+  for (size_t i = 0; i < st_.insts.size(); ++i) {
+    const Inst& in = st_.insts[i];
+    if (in.kind == InstKind::kReduce && in.level == pass + 1)
+      reduces.push_back(static_cast<int>(i));
+  }
+  std::vector<const Sink*> stores;
+  for (const Sink& s : st_.sinks)
+    if (r_varying(s.inst) && st_.insts[s.inst].level == pass) stores.push_back(&s);
+  if (reduces.empty() && stores.empty()) return;
+  for (int r : reduces) emit_reduce_begin(r);
+  for (size_t i = 0; i < st_.insts.size(); ++i)
+    if (r_varying(static_cast<int>(i))) vreg_[i] = -1;
+  int loops = 0;
+  for (size_t a = 0; a < L_.bc_axes.size(); ++a) {
+    if (L_.bc_axes[a].iter != bc::AxisIter::kLoop) continue;
+    push(bc::Opcode::kLoop, CType::kF32, TileClass::kScalar, static_cast<uint16_t>(a), Operand{});
+    ++loops;
+  }
+  for (int r : reduces) emit_reduce_step(r);
+  for (const Sink* s : stores) emit_store(*s);
+  for (int k = 0; k < loops; ++k)
+    push(bc::Opcode::kEndLoop, CType::kF32, TileClass::kScalar, 0, Operand{});
+  for (size_t i = 0; i < st_.insts.size(); ++i)
+    if (r_varying(static_cast<int>(i))) vreg_[i] = -1;
+  for (int r : reduces) emit_reduce_end(r);
+}
+
+void Emitter::emit_loop_passes() {
+  compute_levels();
+  for (int pass = 0; pass <= max_level_; ++pass) {
+    // Values that do not vary along the reduced axes are computed once, outside the loops.
+    for (size_t i = 0; i < st_.insts.size(); ++i) {
+      const Inst& in = st_.insts[i];
+      if (in.level <= pass && !r_varying(static_cast<int>(i)) && in.kind != InstKind::kReduce)
+        ensure(static_cast<int>(i));
+    }
+    emit_pass_body(pass);
+  }
+  for (const Sink& s : st_.sinks)
+    if (!r_varying(s.inst)) emit_store(s);
+}
+
+// Field usage per operand format: bit 0 d, 1 a, 2 b, 3 c.
+int used_fields(bc::Opcode op) {
+  switch (bc::kOpInfo[static_cast<int>(op)].format) {
+    case bc::OperandFormat::kNone:
+    case bc::OperandFormat::kAxis:
+      return 0;
+    case bc::OperandFormat::kDst:
+      return 1;
+    case bc::OperandFormat::kDstSrc:
+      return 3;
+    case bc::OperandFormat::kDstSrc2:
+      return 7;
+    case bc::OperandFormat::kDstSrc3:
+      return 15;
+  }
+  return 0;
+}
+
+Operand* field(bc::Instr& in, int k) {
+  switch (k) {
+    case 0:
+      return &in.d;
+    case 1:
+      return &in.a;
+    case 2:
+      return &in.b;
+    default:
+      return &in.c;
+  }
+}
+
+// Per virtual register: how many instructions read it (accumulators count as read by their
+// reductions) and where it is defined (last definition).
+void count_uses(const std::vector<bc::Instr>& code, int num_vregs, std::vector<int>* reads,
+                std::vector<int>* def_at) {
+  reads->assign(num_vregs, 0);
+  def_at->assign(num_vregs, -1);
+  for (size_t pc = 0; pc < code.size(); ++pc) {
+    bc::Instr in = code[pc];
+    int used = used_fields(in.op);
+    for (int k = 1; k < 4; ++k) {
+      Operand* o = field(in, k);
+      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) (*reads)[o->index]++;
+    }
+    bool acc = in.op == bc::Opcode::kReduce || in.op == bc::Opcode::kArgReduce ||
+               in.op == bc::Opcode::kReduceDot;
+    if (acc) (*reads)[in.d.index]++;
+    if ((used & 1) && in.d.kind == bc::OperandKind::kReg)
+      (*def_at)[in.d.index] = static_cast<int>(pc);
+  }
+}
+
+void drop_dead(const std::vector<bool>& dead, std::vector<bc::Instr>* code) {
+  std::vector<bc::Instr> out;
+  for (size_t pc = 0; pc < code->size(); ++pc)
+    if (!dead[pc]) out.push_back((*code)[pc]);
+  *code = std::move(out);
+}
+
+bool writes_result(const bc::Instr& in) {
+  bc::Family f = bc::kOpInfo[static_cast<int>(in.op)].family;
+  if (f == bc::Family::kUnary || f == bc::Family::kBinary) return true;
+  return f == bc::Family::kData && in.op != bc::Opcode::kLoad && in.op != bc::Opcode::kStore;
+}
+
+CType result_ctype(const bc::Instr& in) {
+  if (in.op == bc::Opcode::kCast) return static_cast<CType>(in.aux);
+  int op = static_cast<int>(in.op);
+  if (op >= bc::kFirstBinary && static_cast<BinaryOp>(op - bc::kFirstBinary) >= BinaryOp::kEq)
+    return CType::kI32;
+  if (op >= bc::kFirstUnary && op < bc::kFirstBinary &&
+      is_predicate(static_cast<UnaryOp>(op - bc::kFirstUnary)))
+    return CType::kI32;
+  return in.ctype;
+}
+
+// A value computed only to be stored is written straight to the output by its last op.
+void Emitter::direct_store_peephole() {
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
+  std::vector<bc::Instr> out;
+  for (bc::Instr& in : code_) {
+    if (in.op == bc::Opcode::kStore && !out.empty() && in.a.kind == bc::OperandKind::kReg) {
+      bc::Instr& prev = out.back();
+      const bc::Descriptor& d = prog_.descs[in.d.index];
+      bool cols_ok = !bc::class_has_cols(in.cls) || d.stride[L_.col] == 1;
+      if (writes_result(prev) && prev.d.kind == bc::OperandKind::kReg &&
+          prev.d.index == in.a.index && reads[in.a.index] == 1 && prev.cls == in.cls &&
+          d.dtype == ctype_dtype(result_ctype(prev)) && cols_ok) {
+        prev.d = in.d;
+        continue;
+      }
+    }
+    out.push_back(in);
+  }
+  code_ = std::move(out);
+}
+
+// x * y + z with the product used once becomes one fused multiply-add: one pass over the
+// tile instead of two (f32 only; the rounding is that of a true FMA).
+void Emitter::fma_peephole() {
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
+  std::vector<bool> dead(code_.size(), false);
+  for (bc::Instr& in : code_) {
+    if (in.op != bc::Opcode::kBAdd || in.ctype != CType::kF32) continue;
+    for (int k = 0; k < 2; ++k) {
+      Operand prod = k == 0 ? in.a : in.b;
+      Operand other = k == 0 ? in.b : in.a;
+      if (prod.kind != bc::OperandKind::kReg || reads[prod.index] != 1) continue;
+      int at = def_at[prod.index];
+      if (at < 0 || dead[at]) continue;
+      const bc::Instr& mul = code_[at];
+      if (mul.op != bc::Opcode::kBMul || mul.ctype != CType::kF32 || mul.cls != in.cls) continue;
+      in = bc::Instr{bc::Opcode::kFma, CType::kF32, in.cls, 0, 0, in.d, mul.a, mul.b, other};
+      dead[at] = true;
+      break;
+    }
+  }
+  drop_dead(dead, &code_);
+}
+
+// sum(x * y) with the product read only by the reduction becomes one reduce.dot pass (the
+// variance of layernorm, the sum of squares of rmsnorm): no product tile is written.
+void Emitter::dot_peephole() {
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
+  std::vector<bool> dead(code_.size(), false);
+  for (bc::Instr& in : code_) {
+    if (in.op != bc::Opcode::kReduce || in.ctype != CType::kF32 ||
+        bc::aux_reduce_op(in.aux) != ReduceOp::kSum || in.a.kind != bc::OperandKind::kReg ||
+        reads[in.a.index] != 1)
+      continue;
+    int at = def_at[in.a.index];
+    if (at < 0 || dead[at]) continue;
+    const bc::Instr& mul = code_[at];
+    if (mul.op != bc::Opcode::kBMul || mul.ctype != CType::kF32 || mul.cls != in.cls) continue;
+    in = bc::Instr{bc::Opcode::kReduceDot, CType::kF32, in.cls, 0, in.aux, in.d, mul.a, mul.b, {}};
+    dead[at] = true;
+  }
+  drop_dead(dead, &code_);
+}
+
+// Shrinks parallel tile chunks until the live registers fit the L1 budget.
+void Emitter::fit_tile_to_cache() {
+  bc::Axis& col = L_.bc_axes[L_.col];
+  bc::Axis* row = L_.row >= 0 ? &L_.bc_axes[L_.row] : nullptr;
+  auto bytes = [&] {
+    return static_cast<int64_t>(std::max(1, prog_.num_regs)) * (row ? row->chunk : 1) *
+           round16(col.chunk) * 4;
+  };
+  while (bytes() > kRegBudgetBytes) {
+    if (row && !L_.axes[L_.row].reduced && row->chunk > 1) {
+      row->chunk = (row->chunk + 1) / 2;
+    } else if (!L_.axes[L_.col].reduced && col.chunk >= 1024) {
+      col.chunk = round16(col.chunk / 2);
+    } else {
+      break;
+    }
+  }
+}
+
+Status Emitter::allocate_registers() {
+  int n = num_vregs_;
+  std::vector<int> first(n, INT32_MAX), last(n, -1);
+  auto touch = [&](int v, int pc) {
+    first[v] = std::min(first[v], pc);
+    last[v] = std::max(last[v], pc);
+  };
+  std::vector<std::pair<int, int>> loops;
+  std::vector<int> open;
+  for (int pc = 0; pc < static_cast<int>(code_.size()); ++pc) {
+    bc::Instr& in = code_[pc];
+    if (in.op == bc::Opcode::kLoop) open.push_back(pc);
+    if (in.op == bc::Opcode::kEndLoop) {
+      loops.push_back({open.back(), pc});
+      open.pop_back();
+    }
+    int used = used_fields(in.op);
+    for (int k = 0; k < 4; ++k) {
+      Operand* o = field(in, k);
+      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) touch(o->index, pc);
+    }
+  }
+  // A value live into a loop stays live for the whole loop (later iterations read it).
+  for (auto [ls, le] : loops)
+    for (int v = 0; v < n; ++v)
+      if (first[v] < ls && last[v] > ls && last[v] < le) last[v] = le;
+  std::vector<int> order(n);
+  for (int v = 0; v < n; ++v) order[v] = v;
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return first[x] < first[y]; });
+  std::vector<int> phys(n, -1), busy_until;
+  for (int v : order) {
+    if (last[v] < 0) continue;
+    int r = -1;
+    for (size_t p = 0; p < busy_until.size(); ++p)
+      if (busy_until[p] < first[v]) {
+        r = static_cast<int>(p);
+        break;
+      }
+    if (r < 0) {
+      r = static_cast<int>(busy_until.size());
+      busy_until.push_back(0);
+    }
+    busy_until[r] = last[v];
+    phys[v] = r;
+  }
+  if (busy_until.size() > static_cast<size_t>(bc::kMaxOperandIndex))
+    return unimplemented(def_.name + ": kernel needs too many tile registers");
+  for (bc::Instr& in : code_) {
+    int used = used_fields(in.op);
+    for (int k = 0; k < 4; ++k) {
+      Operand* o = field(in, k);
+      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg)
+        o->index = static_cast<uint16_t>(phys[o->index]);
+    }
+    prog_.emit(in);
+  }
+  prog_.num_regs = static_cast<int>(busy_until.size());
+  return Status::ok();
+}
+
+Status Emitter::emit() {
+  for (int a = 0; a < kMaxDomAxes; ++a)
+    if (L_.final_of[a] >= 0 && L_.axes[L_.final_of[a]].reduced)
+      reduced_mask_ |= 1u << L_.final_of[a];
+  acc_idx_.assign(st_.insts.size(), -1);
+  if (L_.loop_mode) {
+    emit_loop_passes();
+  } else {
+    emit_single_pass();
+  }
+  if (num_vregs_ > bc::kMaxOperandIndex * 4)
+    return unimplemented(def_.name + ": kernel too large for one program");
+  dot_peephole();
+  fma_peephole();
+  direct_store_peephole();
+  DVM_RETURN_IF_ERROR(allocate_registers());
+  if (!st_.has_matmul) fit_tile_to_cache();
+  prog_.axes = L_.bc_axes;
+  const bc::Axis& col = prog_.axes[L_.col];
+  int64_t row_chunk = L_.row >= 0 ? prog_.axes[L_.row].chunk : 1;
+  prog_.reg_row_stride = round16(col.chunk);
+  if ((prog_.reg_row_stride * 4) % 4096 == 0) prog_.reg_row_stride += 16;  // 4K aliasing
+  prog_.reg_elems = std::max<int64_t>(16, row_chunk * prog_.reg_row_stride);
+  prog_.grid = 1;
+  for (const bc::Axis& ax : prog_.axes)
+    if (ax.iter == bc::AxisIter::kGrid) prog_.grid *= ax.trips();
+  return Status::ok();
+}
+
+}  // namespace dvm::enc

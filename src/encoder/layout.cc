@@ -1,0 +1,204 @@
+#include "encoder/layout.h"
+
+#include <algorithm>
+
+#include "vm/cpu/gemm.h"
+
+namespace dvm::enc {
+
+int64_t order_key(int64_t stride) {
+  return stride == 0 ? INT64_MAX : (stride < 0 ? -stride : stride);
+}
+
+std::vector<int> order_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref) {
+  std::vector<int> live;
+  for (size_t a = 0; a < st.axes.size(); ++a)
+    if (st.axes[a].extent != 1 || st.axes[a].mm_role != 0) live.push_back(static_cast<int>(a));
+  if (ref >= 0) {
+    const int64_t* s = sets[ref].strides;
+    std::stable_sort(live.begin(), live.end(),
+                     [&](int x, int y) { return order_key(s[x]) > order_key(s[y]); });
+  }
+  // A matmul's contraction axis first (it is walked inside the instruction), M and N last:
+  // they are the tile's rows and columns.
+  auto rank_of = [&](int a) {
+    int role = st.axes[a].mm_role;
+    return role == 3 ? 0 : role == 1 ? 2 : role == 2 ? 3 : 1;
+  };
+  std::stable_sort(live.begin(), live.end(), [&](int x, int y) { return rank_of(x) < rank_of(y); });
+  return live;
+}
+
+bool can_fold(const std::vector<StrideSet>& sets, int outer, int inner, int64_t inner_extent) {
+  for (const StrideSet& s : sets)
+    if (s.strides[outer] != s.strides[inner] * inner_extent) return false;
+  return true;
+}
+
+// Orders the live axes (innermost = smallest stride of the widest access) and folds adjacent
+// axes whose every access is contiguous across them.
+void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Layout* L) {
+  std::fill(std::begin(L->final_of), std::end(L->final_of), -1);
+  std::vector<int> order = order_axes(st, sets, ref);
+  std::vector<std::vector<int>> groups;
+  for (int a : order) {
+    if (!groups.empty()) {
+      int prev = groups.back().front();  // fold rule checked against the group's outer axis
+      int inner_of_prev = groups.back().back();
+      const DomAxis& pa = st.axes[prev];
+      const DomAxis& xa = st.axes[a];
+      int64_t ext = xa.extent;
+      if (pa.reduced == xa.reduced && !pa.no_fold && !xa.no_fold &&
+          can_fold(sets, inner_of_prev, a, ext)) {
+        groups.back().push_back(a);
+        continue;
+      }
+    }
+    groups.push_back({a});
+  }
+  for (auto& g : groups) {
+    FinalAxis f;
+    f.reduced = st.axes[g[0]].reduced;
+    f.no_fold = st.axes[g[0]].no_fold;
+    f.grid_only = st.axes[g[0]].grid_only;
+    f.mm_role = st.axes[g[0]].mm_role;
+    f.inner = g.back();
+    for (int a : g) {
+      f.extent *= st.axes[a].extent;
+      f.orig |= 1u << a;
+      L->final_of[a] = static_cast<int>(L->axes.size());
+    }
+    L->axes.push_back(f);
+  }
+}
+
+int64_t round16(int64_t x) {
+  return (x + 15) / 16 * 16;
+}
+
+int64_t grid_size(const Layout& L, const std::vector<int64_t>& chunk) {
+  int64_t g = 1;
+  for (size_t a = 0; a < L.axes.size(); ++a) {
+    if (L.axes[a].reduced || L.axes[a].mm_role == 3) continue;
+    int64_t e = L.axes[a].extent;
+    g *= e == 0 ? 0 : (e + chunk[a] - 1) / chunk[a];
+  }
+  return g;
+}
+
+// Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
+// A matmul stage's tile is the GEMM kernel's preferred output block, shrunk for parallelism.
+void choose_matmul_tiling(Layout* L, int threads) {
+  int n = static_cast<int>(L->axes.size());
+  std::vector<int64_t> chunk(n, 1);
+  for (int a = 0; a < n; ++a) {
+    if (L->axes[a].mm_role == 1) L->row = a;
+    if (L->axes[a].mm_role == 2) L->col = a;
+  }
+  vm::cpu::GemmTile t = vm::cpu::gemm_preferred_tile();
+  vm::cpu::GemmTile micro = vm::cpu::gemm_micro_tile();
+  // Equal chunks (rounded up to the micro-tile) rather than full tiles plus a small tail:
+  // blocks are dealt to threads in contiguous ranges, so a 112 + 16 row split of M = 128
+  // would leave one thread idle most of the time.
+  auto balanced = [](int64_t extent, int64_t pref, int64_t align) {
+    if (extent <= pref) return std::max<int64_t>(1, extent);
+    int64_t parts = (extent + pref - 1) / pref;
+    int64_t c = (extent + parts - 1) / parts;
+    return std::min(pref, (c + align - 1) / align * align);
+  };
+  chunk[L->row] = balanced(L->axes[L->row].extent, t.m, micro.m);
+  chunk[L->col] = balanced(L->axes[L->col].extent, t.n, 16);
+  // A row-wise reduction in the tile needs whole rows (a single pass).
+  if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
+  while (grid_size(*L, chunk) < 2 * threads) {
+    if (chunk[L->row] >= 32) {
+      chunk[L->row] = (chunk[L->row] + 1) / 2;
+    } else if (chunk[L->col] >= 64) {
+      chunk[L->col] = round16(chunk[L->col] / 2);
+    } else {
+      break;
+    }
+  }
+  L->loop_mode = false;
+  for (int a = 0; a < n; ++a) {
+    bc::Axis ax;
+    ax.extent = L->axes[a].extent;
+    ax.chunk = chunk[a];
+    ax.tile = a == L->col   ? bc::AxisTile::kCol
+              : a == L->row ? bc::AxisTile::kRow
+                            : bc::AxisTile::kNone;
+    ax.iter = L->axes[a].mm_role == 3 ? bc::AxisIter::kContract : bc::AxisIter::kGrid;
+    L->bc_axes.push_back(ax);
+  }
+}
+
+void choose_tiling(Layout* L, int threads, bool partial) {
+  for (const FinalAxis& f : L->axes) {
+    if (f.mm_role != 0) {
+      choose_matmul_tiling(L, threads);
+      return;
+    }
+  }
+  std::vector<int> cand;
+  for (size_t a = 0; a < L->axes.size(); ++a)
+    if (!L->axes[a].grid_only) cand.push_back(static_cast<int>(a));
+  if (cand.empty()) {  // a scalar stage: one 1x1 tile
+    L->axes.push_back(FinalAxis{});
+    cand.push_back(static_cast<int>(L->axes.size()) - 1);
+  }
+  int n = static_cast<int>(L->axes.size());
+  L->col = cand.back();
+  L->row = cand.size() >= 2 ? cand[cand.size() - 2] : -1;
+  std::vector<int64_t> chunk(n, 1);
+  const FinalAxis& c = L->axes[L->col];
+  // A partial (split) reduction must loop so that its trips can be shared between blocks.
+  int64_t single_pass_limit = partial ? 0 : kMaxReduceChunk;
+  chunk[L->col] = c.reduced ? (c.extent <= single_pass_limit ? c.extent : kTileElems)
+                            : std::min(c.extent, kTileElems);
+  chunk[L->col] = std::max<int64_t>(1, chunk[L->col]);
+  if (L->row >= 0) {
+    int64_t cap = std::max<int64_t>(1, kTileElems / round16(chunk[L->col]));
+    chunk[L->row] = std::max<int64_t>(1, std::min(L->axes[L->row].extent, cap));
+  }
+  // Enough blocks for every thread (and some slack for balance), not tiles too small to
+  // amortise dispatch.
+  while (grid_size(*L, chunk) < 4 * threads) {
+    if (!L->axes[L->col].reduced && chunk[L->col] >= 1024) {
+      chunk[L->col] = round16(chunk[L->col] / 2);
+    } else if (L->row >= 0 && !L->axes[L->row].reduced && chunk[L->row] >= 2 &&
+               chunk[L->row] * chunk[L->col] >= 1024) {
+      chunk[L->row] /= 2;
+    } else {
+      break;
+    }
+  }
+  L->loop_mode = false;
+  for (int a = 0; a < n; ++a) {
+    const FinalAxis& f = L->axes[a];
+    if (!f.reduced) continue;
+    bool tile = a == L->row || a == L->col;
+    if (!tile || f.extent == 0 || (f.extent + chunk[a] - 1) / chunk[a] > 1) L->loop_mode = true;
+  }
+  for (int a = 0; a < n; ++a) {
+    bc::Axis ax;
+    ax.extent = L->axes[a].extent;
+    ax.chunk = chunk[a];
+    ax.tile = a == L->col   ? bc::AxisTile::kCol
+              : a == L->row ? bc::AxisTile::kRow
+                            : bc::AxisTile::kNone;
+    ax.iter = L->axes[a].reduced && L->loop_mode ? bc::AxisIter::kLoop : bc::AxisIter::kGrid;
+    L->bc_axes.push_back(ax);
+  }
+  if (!partial) return;
+  int split = -1;
+  for (int a = 0; a < n; ++a)
+    if (L->axes[a].grid_only) split = a;
+  for (int a = 0; a < n && split >= 0; ++a) {
+    if (L->bc_axes[a].iter == bc::AxisIter::kLoop) {  // the outermost loop is shared out
+      L->bc_axes[a].split_by = static_cast<int8_t>(split);
+      break;
+    }
+  }
+}
+
+}  // namespace dvm::enc

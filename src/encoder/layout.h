@@ -1,0 +1,42 @@
+// Domain layout: ordering and folding a stage's axes, choosing the tile, the grid and the
+// loops (internal to src/encoder).
+#pragma once
+
+#include <vector>
+
+#include "encoder/stage.h"
+
+namespace dvm::enc {
+
+// ---- domain layout ---------------------------------------------------------------------
+
+struct FinalAxis {
+  int64_t extent = 1;
+  bool reduced = false;
+  bool no_fold = false;
+  bool grid_only = false;
+  int8_t mm_role = 0;
+  uint32_t orig = 0;  // original domain axes merged into this one
+  int inner = -1;     // the innermost of them: the folded axis walks with its stride
+};
+
+struct Layout {
+  std::vector<FinalAxis> axes;  // outer to inner
+  int final_of[kMaxDomAxes];    // original axis -> final axis (-1: dropped, extent 1)
+  int row = -1, col = -1;
+  bool loop_mode = false;
+  std::vector<bc::Axis> bc_axes;
+};
+
+struct StrideSet {
+  const int64_t* strides;  // per original domain axis
+};
+
+// Orders the live axes (innermost = smallest stride of the widest access) and folds adjacent
+// axes whose every access is contiguous across them.
+void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Layout* L);
+// Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
+void choose_tiling(Layout* L, int threads, bool partial);
+int64_t round16(int64_t x);
+
+}  // namespace dvm::enc

@@ -1,0 +1,606 @@
+// Stage construction: affine maps through views, reductions (split across blocks when
+// outputs are few), matmuls (cube/mix), materialisation through workspaces.
+#include "encoder/stage_builder.h"
+
+#include <algorithm>
+
+namespace dvm::enc {
+
+View arg_view(int slot, const TensorArg& t) {
+  View v;
+  v.slot = slot;
+  v.dtype = t.dtype;
+  v.shape.rank = static_cast<int>(t.shape.size());
+  for (int i = 0; i < v.shape.rank; ++i) v.shape.d[i] = t.shape[i];
+  ir::arg_strides(t, v.stride);
+  v.offset = t.offset;
+  return v;
+}
+
+View contiguous_view(int slot, DType dtype, const CShape& s) {
+  View v;
+  v.slot = slot;
+  v.dtype = dtype;
+  v.shape = s;
+  int64_t st = 1;
+  for (int i = s.rank - 1; i >= 0; --i) {
+    v.stride[i] = st;
+    st *= s.d[i];
+  }
+  return v;
+}
+
+// Strides of `v` reshaped to `to` without copying, if the layout allows it (the same rule as
+// torch's view()).
+bool reshape_view(const View& v, const CShape& to, View* out) {
+  *out = v;
+  out->shape = to;
+  if (v.shape.numel() == 0) return true;
+  int view_d = to.rank - 1;
+  int64_t chunk_base = v.shape.rank ? v.stride[v.shape.rank - 1] : 1;
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int td = v.shape.rank - 1; td >= 0; --td) {
+    tensor_numel *= v.shape.d[td];
+    if (td == 0 || (v.shape.d[td - 1] != 1 && v.stride[td - 1] != tensor_numel * chunk_base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || to.d[view_d] == 1)) {
+        out->stride[view_d] = view_numel * chunk_base;
+        view_numel *= to.d[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (td > 0) {
+        chunk_base = v.stride[td - 1];
+        tensor_numel = view_numel = 1;
+      }
+    }
+  }
+  while (view_d >= 0 && to.d[view_d] == 1) out->stride[view_d--] = 0;
+  return view_d == -1;
+}
+
+namespace {
+
+const CShape& shape_of(const ir::Binding& b, int node) {
+  return b.shapes[node];
+}
+
+NodeMap identity_map(const CShape& s) {
+  NodeMap m;
+  m.rank = s.rank;
+  for (int i = 0; i < s.rank; ++i) m.e[i] = s.d[i] == 1 ? MapEntry{i, 0, 0} : MapEntry{i, 0, 1};
+  return m;
+}
+
+}  // namespace
+
+int Encoder::add_inst(int stage, Inst inst) {
+  auto& insts = stages_[stage].insts;
+  for (size_t i = 0; i < insts.size(); ++i) {
+    if (insts[i].node == inst.node && insts[i].map == inst.map && insts[i].kind == inst.kind)
+      return static_cast<int>(i);
+  }
+  for (int in : inst.inputs) insts[in].uses++;
+  insts.push_back(std::move(inst));
+  return static_cast<int>(insts.size()) - 1;
+}
+
+int Encoder::new_axis(int stage, int64_t extent) {
+  auto& axes = stages_[stage].axes;
+  if (static_cast<int>(axes.size()) >= kMaxDomAxes) return -1;
+  axes.push_back(DomAxis{extent, false, false});
+  return static_cast<int>(axes.size()) - 1;
+}
+
+Status Encoder::add_sink(int node, const View& dst, bool joinable) {
+  const Node& n = def_.nodes[node];
+  if (n.kind == OpKind::kConcat) {
+    // Each part is stored straight into its slice of the destination.
+    int axis = static_cast<int>(n.attr[0]);
+    int64_t at = 0;
+    for (int part : n.inputs) {
+      View v = dst;
+      v.shape = shape_of(b_, part);
+      v.offset += at * dst.stride[axis];
+      at += v.shape.d[axis];
+      DVM_RETURN_IF_ERROR(add_sink(part, v, joinable));
+    }
+    return Status::ok();
+  }
+  const CShape& s = shape_of(b_, node);
+  int stage = -1;
+  if (joinable) {
+    for (size_t i = 0; i < stages_.size(); ++i)
+      if (stages_[i].joinable && stages_[i].root == s) stage = static_cast<int>(i);
+  }
+  if (stage < 0) {
+    stages_.emplace_back();
+    stage = static_cast<int>(stages_.size()) - 1;
+    stages_[stage].root = s;
+    stages_[stage].joinable = joinable;
+    for (int i = 0; i < s.rank; ++i) new_axis(stage, s.d[i]);
+  }
+  NodeMap m = identity_map(s);
+  int inst;
+  DVM_RETURN_IF_ERROR(visit(stage, node, m, &inst));
+  Sink sink;
+  sink.inst = inst;
+  sink.slot = dst.slot;
+  sink.dtype = dst.dtype;
+  sink.dom_offset = dst.offset;
+  for (int i = 0; i < s.rank; ++i) sink.dom_stride[i] = s.d[i] == 1 ? 0 : dst.stride[i];
+  stages_[stage].insts[inst].uses++;
+  stages_[stage].sinks.push_back(sink);
+  if (!joinable) order_.push_back(stage);
+  return Status::ok();
+}
+
+NodeMap Encoder::broadcast_map(int out_node, int in_node, const NodeMap& m) const {
+  const CShape& os = shape_of(b_, out_node);
+  const CShape& is = shape_of(b_, in_node);
+  NodeMap r;
+  r.rank = is.rank;
+  int off = os.rank - is.rank;
+  for (int k = 0; k < is.rank; ++k) {
+    r.e[k] = m.e[k + off];
+    if (is.d[k] == 1) r.e[k] = MapEntry{m.e[k + off].axis, 0, 0};
+  }
+  return r;
+}
+
+bool Encoder::resolve_view(int node, View* v) {
+  const Node& n = def_.nodes[node];
+  switch (n.kind) {
+    case OpKind::kLoad:
+      *v = arg_view(n.slot, inputs_[n.slot]);
+      return true;
+    case OpKind::kPermute: {
+      View in;
+      if (!resolve_view(n.inputs[0], &in)) return false;
+      *v = in;
+      for (int i = 0; i < in.shape.rank; ++i) {
+        v->shape.d[i] = in.shape.d[n.attr[i]];
+        v->stride[i] = in.stride[n.attr[i]];
+      }
+      return true;
+    }
+    case OpKind::kSlice: {
+      View in;
+      if (!resolve_view(n.inputs[0], &in)) return false;
+      int axis = static_cast<int>(n.attr[0]);
+      ir::SliceBounds sb = ir::slice_bounds(n, in.shape.d[axis]);
+      *v = in;
+      v->offset += sb.start * in.stride[axis];
+      v->stride[axis] *= sb.step;
+      v->shape.d[axis] = sb.count;
+      return true;
+    }
+    case OpKind::kReshape: {
+      View in;
+      if (!resolve_view(n.inputs[0], &in)) return false;
+      return reshape_view(in, shape_of(b_, node), v);
+    }
+    case OpKind::kBroadcast: {
+      View in;
+      if (!resolve_view(n.inputs[0], &in)) return false;
+      const CShape& s = shape_of(b_, node);
+      *v = in;
+      v->shape = s;
+      int off = s.rank - in.shape.rank;
+      for (int i = 0; i < s.rank; ++i) {
+        int k = i - off;
+        v->stride[i] = (k < 0 || in.shape.d[k] == 1) ? 0 : in.stride[k];
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+Status Encoder::load_inst(int stage, int node, const View& v, const NodeMap& map, int* inst) {
+  Inst in;
+  in.node = node;
+  in.map = map;
+  in.kind = InstKind::kLoad;
+  in.view = v;
+  in.dom_offset = v.offset;
+  for (int j = 0; j < map.rank; ++j) {
+    const MapEntry& e = map.e[j];
+    in.dom_offset += e.start * v.stride[j];
+    if (e.axis >= 0 && e.step != 0 && v.stride[j] != 0) {
+      in.dom_stride[e.axis] += e.step * v.stride[j];
+      in.vary |= 1u << e.axis;
+    }
+  }
+  *inst = add_inst(stage, std::move(in));
+  return Status::ok();
+}
+
+Status Encoder::materialize(int node, View* ws) {
+  for (auto& [n, w] : materialized_) {
+    if (n == node) {
+      *ws = w.view;
+      return Status::ok();
+    }
+  }
+  const Node& nd = def_.nodes[node];
+  int slot = static_cast<int>(inputs_.size() + outputs_.size() + workspaces_.size());
+  View v = contiguous_view(slot, ctype_dtype(compute_type(nd.dtype)), shape_of(b_, node));
+  workspaces_.push_back(Workspace{slot, v});
+  materialized_.push_back({node, Workspace{slot, v}});
+  computing_root_ = node;
+  DVM_RETURN_IF_ERROR(add_sink(node, v, /*joinable=*/false));
+  *ws = v;
+  return Status::ok();
+}
+
+// A reduction shares a matmul's tile (a single pass, row-wise: softmax of x @ W) when it
+// reduces the matmul output's last axis and a whole row fits one tile.
+bool Encoder::reduce_fits_matmul_tile(int node) const {
+  const Node& n = def_.nodes[node];
+  const CShape& in = shape_of(b_, n.inputs[0]);
+  return in.rank >= 2 && n.attr.size() == 1 && n.attr[0] == in.rank - 1 &&
+         in.d[in.rank - 1] <= kMaxMatmulRow;
+}
+
+// Marks the matmuls that feed, through elementwise ops, a reduction that cannot share their
+// tile.
+void Encoder::plan_matmuls() {
+  mm_alone_.assign(def_.nodes.size(), 0);
+  for (size_t r = 0; r < def_.nodes.size(); ++r) {
+    if (def_.nodes[r].kind != OpKind::kReduce || reduce_fits_matmul_tile(static_cast<int>(r)))
+      continue;
+    std::vector<int> todo = {def_.nodes[r].inputs[0]};
+    while (!todo.empty()) {
+      int x = todo.back();
+      todo.pop_back();
+      const Node& n = def_.nodes[x];
+      if (n.kind == OpKind::kMatMul) mm_alone_[x] = 1;
+      bool elementwise = n.kind == OpKind::kUnary || n.kind == OpKind::kBinary ||
+                         n.kind == OpKind::kSelect || n.kind == OpKind::kCast;
+      if (elementwise) todo.insert(todo.end(), n.inputs.begin(), n.inputs.end());
+    }
+  }
+}
+
+Status Encoder::visit_reshape(int stage, int node, const NodeMap& map, int* inst) {
+  const Node& n = def_.nodes[node];
+  const CShape& out = shape_of(b_, node);
+  const CShape& in = shape_of(b_, n.inputs[0]);
+  // Only size-1 dims inserted or removed: remap the non-1 dims in order.
+  int nin = 0, nout = 0;
+  int64_t din[kMaxRank], dout[kMaxRank];
+  int iout[kMaxRank];
+  for (int i = 0; i < in.rank; ++i)
+    if (in.d[i] != 1) din[nin++] = in.d[i];
+  for (int i = 0; i < out.rank; ++i)
+    if (out.d[i] != 1) {
+      iout[nout] = i;
+      dout[nout++] = out.d[i];
+    }
+  bool squeeze_only = nin == nout && std::equal(din, din + nin, dout);
+  if (squeeze_only && in.numel() != 0) {
+    NodeMap m;
+    m.rank = in.rank;
+    int k = 0;
+    // A removed 1-dim takes the map of an inserted 1-dim at the same place when there is one
+    // (keepdims reductions squeezed and unsqueezed again keep their broadcast axis).
+    std::vector<int> ones_out;
+    for (int i = 0; i < out.rank; ++i)
+      if (out.d[i] == 1) ones_out.push_back(i);
+    size_t next_one = 0;
+    for (int i = 0; i < in.rank; ++i) {
+      if (in.d[i] != 1) {
+        m.e[i] = map.e[iout[k++]];
+      } else if (next_one < ones_out.size()) {
+        m.e[i] = MapEntry{map.e[ones_out[next_one++]].axis, 0, 0};
+      } else {
+        m.e[i] = MapEntry{-1, 0, 0};
+      }
+    }
+    return visit(stage, n.inputs[0], m, inst);
+  }
+  View v;
+  if (resolve_view(node, &v)) return load_inst(stage, node, v, map, inst);
+  View ws;
+  DVM_RETURN_IF_ERROR(materialize(n.inputs[0], &ws));
+  View r;
+  if (!reshape_view(ws, out, &r)) return internal_error("reshape of a contiguous workspace");
+  return load_inst(stage, node, r, map, inst);
+}
+
+// A reduction with too few outputs to give every thread a block, over enough elements to be
+// worth it, is split: blocks reduce contiguous shares into a workspace of partials, and a
+// later stage combines them in a fixed order (deterministic for any thread count).
+// The decision and the number of parts depend only on shapes, never on the thread count, so
+// results are bitwise identical however many threads run them.
+bool Encoder::should_split(int stage, int node) const {
+  const Node& n = def_.nodes[node];
+  if (stages_[stage].partial) return false;
+  if (n.reduce_op() == ReduceOp::kArgMax || n.reduce_op() == ReduceOp::kArgMin) return false;
+  int64_t in = shape_of(b_, n.inputs[0]).numel(), out = shape_of(b_, node).numel();
+  return out > 0 && in >= kSplitMinElems && out < kSplitParts;
+}
+
+Status Encoder::visit_split_reduce(int stage, int node, const NodeMap& map, int* inst) {
+  if (stages_[stage].has_reduce) {  // the combine needs its own reduction axis
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(node, &ws));
+    return load_inst(stage, node, ws, map, inst);
+  }
+  const Node& n = def_.nodes[node];
+  const CShape& out = shape_of(b_, node);
+  const int64_t parts = kSplitParts;
+  stages_.emplace_back();
+  int ps = static_cast<int>(stages_.size()) - 1;
+  stages_[ps].partial = true;
+  int gaxis = new_axis(ps, parts);
+  stages_[ps].split_axis = gaxis;
+  stages_[ps].axes[gaxis].grid_only = stages_[ps].axes[gaxis].no_fold = true;
+  NodeMap pm;
+  pm.rank = out.rank;
+  for (int i = 0; i < out.rank; ++i) {
+    int a = new_axis(ps, out.d[i]);
+    pm.e[i] = out.d[i] == 1 ? MapEntry{a, 0, 0} : MapEntry{a, 0, 1};
+  }
+  int pinst;
+  DVM_RETURN_IF_ERROR(visit(ps, node, pm, &pinst));
+  CShape ws_shape;
+  ws_shape.rank = out.rank + 1;
+  ws_shape.d[0] = parts;
+  for (int i = 0; i < out.rank; ++i) ws_shape.d[i + 1] = out.d[i];
+  int slot = static_cast<int>(inputs_.size() + outputs_.size() + workspaces_.size());
+  View wv = contiguous_view(slot, ctype_dtype(compute_type(n.dtype)), ws_shape);
+  workspaces_.push_back(Workspace{slot, wv});
+  Sink sink;
+  sink.inst = pinst;
+  sink.slot = slot;
+  sink.dtype = wv.dtype;
+  sink.dom_stride[gaxis] = wv.stride[0];
+  for (int i = 0; i < out.rank; ++i)
+    if (out.d[i] != 1) sink.dom_stride[pm.e[i].axis] = wv.stride[i + 1];
+  stages_[ps].insts[pinst].uses++;
+  stages_[ps].sinks.push_back(sink);
+  order_.push_back(ps);
+  // Combine: reduce the partials over a new axis of this stage.
+  int raxis = new_axis(stage, parts);
+  if (raxis < 0) return unimplemented(def_.name + ": too many iteration axes");
+  Stage& st = stages_[stage];
+  st.axes[raxis].reduced = true;
+  st.has_reduce = true;
+  st.reduce_set = 1u << raxis;
+  NodeMap lm;
+  lm.rank = out.rank + 1;
+  lm.e[0] = MapEntry{raxis, 0, 1};
+  for (int i = 0; i < out.rank; ++i) lm.e[i + 1] = map.e[i];
+  int load;
+  DVM_RETURN_IF_ERROR(load_inst(stage, node, wv, lm, &load));
+  Inst r;
+  r.node = node;
+  r.map = map;
+  r.kind = InstKind::kReduce;
+  r.inputs = {load};
+  r.reduced = 1u << raxis;
+  r.vary = stages_[stage].insts[load].vary & ~r.reduced;
+  *inst = add_inst(stage, std::move(r));
+  return Status::ok();
+}
+
+Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst) {
+  const Stage& ms = stages_[stage];
+  bool row_reduce = ms.has_matmul && reduce_fits_matmul_tile(node) &&
+                    (!ms.has_reduce || ms.reduce_set == (1u << ms.mm_n)) &&
+                    def_.nodes[node].keepdims && map.e[map.rank - 1].axis == ms.mm_n;
+  if (ms.has_matmul && !row_reduce) {  // a matmul stage's tiles never loop: reduce elsewhere
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(node, &ws));
+    return load_inst(stage, node, ws, map, inst);
+  }
+  if (should_split(stage, node)) return visit_split_reduce(stage, node, map, inst);
+  const Node& n = def_.nodes[node];
+  const CShape& in = shape_of(b_, n.inputs[0]);
+  Stage& st = stages_[stage];
+  const size_t axes_before = st.axes.size();
+  NodeMap im;
+  im.rank = in.rank;
+  uint32_t reduced = 0;
+  int k = 0;
+  for (int i = 0; i < in.rank; ++i) {
+    bool red = std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end();
+    if (!red) {
+      im.e[i] = map.e[k++];
+      continue;
+    }
+    int axis = -1;
+    if (n.keepdims) {
+      const MapEntry& e = map.e[k++];
+      if (e.axis >= 0 && st.axes[e.axis].extent == in.d[i]) axis = e.axis;
+    }
+    if (axis < 0 || (reduced >> axis & 1)) axis = new_axis(stage, in.d[i]);
+    if (axis < 0) return unimplemented(def_.name + ": too many iteration axes");
+    reduced |= 1u << axis;
+    im.e[i] = in.d[i] == 1 ? MapEntry{axis, 0, 0} : MapEntry{axis, 0, 1};
+  }
+  Stage& s2 = stages_[stage];
+  // A partial stage splits its loops between blocks, so it can hold only one reduction level.
+  if (s2.has_reduce && (s2.reduce_set != reduced || s2.partial)) {
+    // A second reduction over other axes cannot share the accumulators: split the stage.
+    // Drop the reduced axes just added for it: nothing in this stage iterates them, and a
+    // leftover axis would make every block redo (and race on) the whole stage.
+    s2.axes.resize(axes_before);
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(node, &ws));
+    return load_inst(stage, node, ws, map, inst);
+  }
+  s2.has_reduce = true;
+  s2.reduce_set = reduced;
+  bool arg = n.reduce_op() == ReduceOp::kArgMax || n.reduce_op() == ReduceOp::kArgMin;
+  for (int a = 0; a < kMaxDomAxes; ++a) {
+    if (reduced >> a & 1) {
+      s2.axes[a].reduced = true;
+      s2.axes[a].no_fold |= arg;
+    }
+  }
+  int child;
+  DVM_RETURN_IF_ERROR(visit(stage, n.inputs[0], im, &child));
+  Inst r;
+  r.node = node;
+  r.map = map;
+  r.kind = InstKind::kReduce;
+  r.inputs = {child};
+  r.reduced = reduced;
+  r.vary = stages_[stage].insts[child].vary & ~reduced;
+  *inst = add_inst(stage, std::move(r));
+  return Status::ok();
+}
+
+// A matmul operand must be addressable memory: a view of an input, else a workspace.
+Status Encoder::operand_view(int node, View* v) {
+  if (resolve_view(node, v)) return Status::ok();
+  return materialize(node, v);
+}
+
+// Whether a map entry walks its domain axis plainly (index = dom[axis]), as tile axes must.
+bool plain_entry(const MapEntry& e, int64_t extent) {
+  return e.axis >= 0 && e.start == 0 && (e.step == 1 || (extent == 1 && e.step == 0));
+}
+
+Status Encoder::visit_matmul(int stage, int node, const NodeMap& map, int* inst) {
+  const Node& n = def_.nodes[node];
+  const CShape& out = shape_of(b_, node);
+  const int r = out.rank;
+  const MapEntry em = map.e[r - 2];
+  const MapEntry en = map.e[r - 1];
+  const Stage& st = stages_[stage];
+  bool alone = mm_alone_[node] && computing_root_ != node;
+  if (computing_root_ == node) computing_root_ = -1;
+  bool reduce_ok =
+      !st.has_reduce || (st.reduce_set == (1u << en.axis) && out.d[r - 1] <= kMaxMatmulRow);
+  bool fits = !alone && reduce_ok && plain_entry(em, out.d[r - 2]) &&
+              plain_entry(en, out.d[r - 1]) && em.axis != en.axis &&
+              (!st.has_matmul || (st.mm_m == em.axis && st.mm_n == en.axis));
+  for (int i = 0; i < r - 2; ++i) fits &= map.e[i].start == 0 && map.e[i].step >= 0;
+  if (!fits) {  // not the stage's tile (or the stage reduces): compute it in its own stage
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(node, &ws));
+    return load_inst(stage, node, ws, map, inst);
+  }
+  if (shape_of(b_, n.inputs[0]).d[shape_of(b_, n.inputs[0]).rank - 1] == 0) {
+    Inst zero;  // an empty contraction: zeros (a scalar constant of the matmul node: 0)
+    zero.node = node;
+    zero.kind = InstKind::kScalar;
+    *inst = add_inst(stage, std::move(zero));
+    return Status::ok();
+  }
+  const auto& existing = stages_[stage].insts;
+  for (size_t i = 0; i < existing.size(); ++i) {  // visited before: reuse (and its K axis)
+    if (existing[i].kind == InstKind::kMatMul && existing[i].node == node &&
+        existing[i].map == map) {
+      *inst = static_cast<int>(i);
+      return Status::ok();
+    }
+  }
+  View va, vb;
+  DVM_RETURN_IF_ERROR(operand_view(n.inputs[0], &va));
+  DVM_RETURN_IF_ERROR(operand_view(n.inputs[1], &vb));
+  const int64_t k = va.shape.d[va.shape.rank - 1];
+  int kaxis = new_axis(stage, k);
+  if (kaxis < 0) return unimplemented(def_.name + ": too many iteration axes");
+  Stage& s = stages_[stage];
+  s.has_matmul = true;
+  s.mm_m = em.axis;
+  s.mm_n = en.axis;
+  s.axes[em.axis].mm_role = 1;
+  s.axes[en.axis].mm_role = 2;
+  s.axes[kaxis].mm_role = 3;
+  s.axes[em.axis].no_fold = s.axes[en.axis].no_fold = s.axes[kaxis].no_fold = true;
+  // Operand maps: batch dims broadcast against the output's; M/N from the output; K shared.
+  auto operand_map = [&](const View& v, bool is_a) {
+    NodeMap m;
+    m.rank = v.shape.rank;
+    int off = r - v.shape.rank;
+    for (int i = 0; i < v.shape.rank - 2; ++i) {
+      const MapEntry& e = map.e[i + off];
+      m.e[i] = v.shape.d[i] == 1 ? MapEntry{e.axis, 0, 0} : e;
+    }
+    MapEntry kk{kaxis, 0, 1};
+    m.e[v.shape.rank - 2] = is_a ? em : kk;
+    m.e[v.shape.rank - 1] = is_a ? kk : en;
+    return m;
+  };
+  int ia, ib;
+  DVM_RETURN_IF_ERROR(load_inst(stage, n.inputs[0], va, operand_map(va, true), &ia));
+  DVM_RETURN_IF_ERROR(load_inst(stage, n.inputs[1], vb, operand_map(vb, false), &ib));
+  Inst mm;
+  mm.node = node;
+  mm.map = map;
+  mm.kind = InstKind::kMatMul;
+  mm.inputs = {ia, ib};
+  mm.contract = kaxis;
+  const auto& insts = stages_[stage].insts;
+  mm.vary = (insts[ia].vary | insts[ib].vary) & ~(1u << kaxis);
+  *inst = add_inst(stage, std::move(mm));
+  return Status::ok();
+}
+
+Status Encoder::visit(int stage, int node, const NodeMap& map, int* inst) {
+  const Node& n = def_.nodes[node];
+  switch (n.kind) {
+    case OpKind::kLoad:
+      return load_inst(stage, node, arg_view(n.slot, inputs_[n.slot]), map, inst);
+    case OpKind::kParam:
+    case OpKind::kConst: {
+      Inst s;
+      s.node = node;
+      s.kind = InstKind::kScalar;
+      *inst = add_inst(stage, std::move(s));
+      return Status::ok();
+    }
+    case OpKind::kUnary:
+    case OpKind::kCast:
+    case OpKind::kBinary:
+    case OpKind::kSelect: {
+      Inst c;
+      c.node = node;
+      c.map = map;
+      for (int in : n.inputs) {
+        int child;
+        DVM_RETURN_IF_ERROR(visit(stage, in, broadcast_map(node, in, map), &child));
+        c.inputs.push_back(child);
+        c.vary |= stages_[stage].insts[child].vary;
+      }
+      *inst = add_inst(stage, std::move(c));
+      return Status::ok();
+    }
+    case OpKind::kBroadcast:
+      return visit(stage, n.inputs[0], broadcast_map(node, n.inputs[0], map), inst);
+    case OpKind::kPermute: {
+      NodeMap m;
+      m.rank = map.rank;
+      for (int i = 0; i < map.rank; ++i) m.e[n.attr[i]] = map.e[i];
+      return visit(stage, n.inputs[0], m, inst);
+    }
+    case OpKind::kSlice: {
+      NodeMap m = map;
+      int axis = static_cast<int>(n.attr[0]);
+      ir::SliceBounds sb = ir::slice_bounds(n, shape_of(b_, n.inputs[0]).d[axis]);
+      m.e[axis].start = sb.start + sb.step * map.e[axis].start;
+      m.e[axis].step = sb.step * map.e[axis].step;
+      return visit(stage, n.inputs[0], m, inst);
+    }
+    case OpKind::kReshape:
+      return visit_reshape(stage, node, map, inst);
+    case OpKind::kConcat: {
+      View ws;
+      DVM_RETURN_IF_ERROR(materialize(node, &ws));
+      return load_inst(stage, node, ws, map, inst);
+    }
+    case OpKind::kReduce:
+      return visit_reduce(stage, node, map, inst);
+    case OpKind::kMatMul:
+      return visit_matmul(stage, node, map, inst);
+  }
+  return internal_error("unknown op kind");
+}
+
+}  // namespace dvm::enc
