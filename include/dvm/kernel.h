@@ -107,7 +107,9 @@ class KernelBuilder {
   Dim symbol(const std::string& name);
 
   // An input tensor (argument slot in declaration order). Any strides and storage offset
-  // are accepted at run time.
+  // are accepted at run time. Declare loads as separate statements: two loads nested in one
+  // call expression (kb.matmul(kb.load(..), kb.load(..))) take their slots in C++'s
+  // unspecified argument evaluation order.
   Value load(const std::string& name, DType dtype, std::vector<Dim> dims);
   // A scalar (rank-0) value supplied at each call (argument of run()); changing it never
   // re-encodes the kernel.
