@@ -192,3 +192,31 @@ TEST(Runtime, SoftmaxOverFewLongRowsIsDeterministic) {
 
 }  // namespace
 }  // namespace dvm::testing
+
+namespace dvm::testing {
+namespace {
+
+// op(x + b) and op(x - b) fold the add/sub into the op's pass (a pre-op flag); every unary op,
+// broadcast and strided operands, against the reference.
+TEST(Runtime, UnaryWithFoldedAddOrSubtract) {
+  std::mt19937 rng(11);
+  for (int u = 0; u <= static_cast<int>(UnaryOp::kLogicalNot); ++u) {
+    for (BinaryOp pre : {BinaryOp::kAdd, BinaryOp::kSub}) {
+      KernelBuilder kb("pre_op");
+      Dim S = kb.symbol("S");
+      Value x = kb.load("x", DType::kF32, {S, 37});
+      Value b = kb.load("b", DType::kF32, {37});
+      kb.store("y", kb.unary(static_cast<UnaryOp>(u), kb.binary(pre, x, b)));
+      Kernel k = kb.build().value();
+      for (int64_t s : {1, 9}) {
+        expect_matches_reference(k,
+                                 {make_buffer(DType::kF32, {s, 37}, rng, /*transposed=*/s > 1),
+                                  make_buffer(DType::kF32, {37}, rng)},
+                                 Tolerance{2e-6, 4e-6}, {}, unary_op_name(static_cast<UnaryOp>(u)));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dvm::testing

@@ -92,6 +92,8 @@ std::string aux_str(const Instr& in) {
     case Opcode::kMatMul:
       return fmt("  k a%u", in.aux);
     default:
+      if (in.flags == kPreAdd || in.flags == kPreSub)  // D := op(A +/- B)
+        return std::string(in.flags == kPreAdd ? "  pre add " : "  pre sub ") + operand_str(in.b);
       return "";
   }
 }

@@ -126,6 +126,10 @@ constexpr int aux_axis(uint16_t aux) {
   return (aux >> 10) & 0x1F;
 }
 
+// Unary-op flags: fold an add or subtract of A and B into the op (D := op(A + B), op(A - B)).
+inline constexpr uint8_t kPreAdd = 1;
+inline constexpr uint8_t kPreSub = 2;
+
 struct Instr {
   Opcode op;
   CType ctype;

@@ -121,7 +121,10 @@ int operand_uses(const Instr& in, Use* u) {
   if (op < kFirstBinary) {
     u[1] = dst;
     if (is_pred(static_cast<UnaryOp>(op - kFirstUnary))) u[1].type = CType::kI32;
-    return 2;
+    if (in.flags == 0) return 2;
+    u[1] = {'B', in.b, Access::kRead, Where::kAny, t, in.cls};  // op(A +/- B)
+    u[2] = dst;
+    return 3;
   }
   u[1] = {'B', in.b, Access::kRead, Where::kAny, t, in.cls};
   u[2] = dst;
@@ -357,6 +360,13 @@ Status Verifier::check_fields(const Instr& in) const {
   if (p_.code[2 * pc_] >> 32) return error("reserved bits of word 0 are set");
   int op = static_cast<int>(in.op);
   bool is_float = in.ctype == CType::kF32;
+  // Flags exist only as the pre-op of f32 value-producing unary ops (their row kernel).
+  if (in.flags != 0) {
+    bool unary = op >= kFirstUnary && op < kFirstBinary;
+    bool ok = unary && is_float && !is_pred(static_cast<UnaryOp>(op - kFirstUnary)) &&
+              (in.flags == kPreAdd || in.flags == kPreSub);
+    if (!ok) return error("flags " + std::to_string(in.flags) + " not valid for this op");
+  }
   switch (in.op) {
     case Opcode::kCast:
       if (in.aux > 2) return error("bad cast target type " + std::to_string(in.aux));

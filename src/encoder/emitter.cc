@@ -295,8 +295,9 @@ void Emitter::emit_loop_passes() {
 }
 
 // Field usage per operand format: bit 0 d, 1 a, 2 b, 3 c.
-int used_fields(bc::Opcode op) {
-  switch (bc::kOpInfo[static_cast<int>(op)].format) {
+int used_fields(const bc::Instr& in) {
+  if (in.flags != 0) return 7;  // a unary op with a pre-op reads B too
+  switch (bc::kOpInfo[static_cast<int>(in.op)].format) {
     case bc::OperandFormat::kNone:
     case bc::OperandFormat::kAxis:
       return 0;
@@ -333,7 +334,7 @@ void count_uses(const std::vector<bc::Instr>& code, int num_vregs, std::vector<i
   def_at->assign(num_vregs, -1);
   for (size_t pc = 0; pc < code.size(); ++pc) {
     bc::Instr in = code[pc];
-    int used = used_fields(in.op);
+    int used = used_fields(in);
     for (int k = 1; k < 4; ++k) {
       Operand* o = field(in, k);
       if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) (*reads)[o->index]++;
@@ -437,6 +438,31 @@ void Emitter::dot_peephole() {
   drop_dead(dead, &code_);
 }
 
+// op(x + y) / op(x - y) with the sum read only by the op: the add/sub runs inside the op's
+// pass (bias + gelu, x - max before exp in softmax).
+void Emitter::pre_op_peephole() {
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
+  std::vector<bool> dead(code_.size(), false);
+  for (bc::Instr& in : code_) {
+    int op = static_cast<int>(in.op);
+    if (op < bc::kFirstUnary || op >= bc::kFirstBinary || in.ctype != CType::kF32 ||
+        in.flags != 0 || in.a.kind != bc::OperandKind::kReg || reads[in.a.index] != 1 ||
+        is_predicate(static_cast<UnaryOp>(op - bc::kFirstUnary)))
+      continue;
+    int at = def_at[in.a.index];
+    if (at < 0 || dead[at]) continue;
+    const bc::Instr& sum = code_[at];
+    bool add = sum.op == bc::Opcode::kBAdd, sub = sum.op == bc::Opcode::kBSub;
+    if ((!add && !sub) || sum.ctype != CType::kF32 || sum.cls != in.cls) continue;
+    in.flags = add ? bc::kPreAdd : bc::kPreSub;
+    in.a = sum.a;
+    in.b = sum.b;
+    dead[at] = true;
+  }
+  drop_dead(dead, &code_);
+}
+
 // Shrinks parallel tile chunks until the live registers fit the L1 budget.
 void Emitter::fit_tile_to_cache() {
   bc::Axis& col = L_.bc_axes[L_.col];
@@ -472,7 +498,7 @@ Status Emitter::allocate_registers() {
       loops.push_back({open.back(), pc});
       open.pop_back();
     }
-    int used = used_fields(in.op);
+    int used = used_fields(in);
     for (int k = 0; k < 4; ++k) {
       Operand* o = field(in, k);
       if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) touch(o->index, pc);
@@ -504,7 +530,7 @@ Status Emitter::allocate_registers() {
   if (busy_until.size() > static_cast<size_t>(bc::kMaxOperandIndex))
     return unimplemented(def_.name + ": kernel needs too many tile registers");
   for (bc::Instr& in : code_) {
-    int used = used_fields(in.op);
+    int used = used_fields(in);
     for (int k = 0; k < 4; ++k) {
       Operand* o = field(in, k);
       if ((used >> k & 1) && o->kind == bc::OperandKind::kReg)
@@ -530,6 +556,7 @@ Status Emitter::emit() {
     return unimplemented(def_.name + ": kernel too large for one program");
   dot_peephole();
   fma_peephole();
+  pre_op_peephole();
   direct_store_peephole();
   DVM_RETURN_IF_ERROR(allocate_registers());
   if (!st_.has_matmul) fit_tile_to_cache();

@@ -57,6 +57,7 @@ class Emitter {
   bool needed_in_pass(int i, int pass) const;
   void direct_store_peephole();
   void fma_peephole();
+  void pre_op_peephole();
   void dot_peephole();
   void fit_tile_to_cache();
   Status allocate_registers();

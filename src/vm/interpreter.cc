@@ -63,6 +63,7 @@ class BlockRunner {
   Ref resolve(const Operand& o, CType t) const;
   void exec(const Instr& in);
   void exec_unary(const Instr& in);
+  void exec_unary_pre(const Instr& in);
   void exec_binary(const Instr& in);
   void exec_data(const Instr& in);
   void exec_reduce(const Instr& in);
@@ -141,7 +142,26 @@ void for_rows(int64_t rows, int64_t cols, int es, const Ref& dst, Fn fn, const R
   }
 }
 
+// op(A + B) / op(A - B): the pre-op flag folds a preceding add/sub into the unary's pass.
+void BlockRunner::exec_unary_pre(const Instr& in) {
+  UnaryOp op = static_cast<UnaryOp>(static_cast<int>(in.op) - bc::kFirstUnary);
+  Ref d = resolve(in.d, CType::kF32);
+  Ref a = resolve(in.a, CType::kF32);
+  Ref b = resolve(in.b, CType::kF32);
+  int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  for (int64_t r = 0; r < rows; ++r) {
+    cpu::unary_pre_f32(op, in.flags, reinterpret_cast<float*>(d.p + r * d.rs * 4),
+                       reinterpret_cast<const float*>(a.p + r * a.rs * 4), static_cast<int>(a.cs),
+                       reinterpret_cast<const float*>(b.p + r * b.rs * 4), static_cast<int>(b.cs),
+                       cols);
+  }
+}
+
 void BlockRunner::exec_unary(const Instr& in) {
+  if (in.flags != 0) {
+    exec_unary_pre(in);
+    return;
+  }
   UnaryOp op = static_cast<UnaryOp>(static_cast<int>(in.op) - bc::kFirstUnary);
   bool pred = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
   Ref d = resolve(in.d, pred ? CType::kI32 : in.ctype);

@@ -22,6 +22,10 @@ namespace dvm::vm::cpu {
 
 // dst[i] = op(a[i]); value-producing ops (not IsFinite/IsNan/LogicalNot).
 void unary_f32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n);
+// dst[i] = op(a[i] + b[i]) (pre = 1) or op(a[i] - b[i]) (pre = 2), f32 value ops; bit-identical
+// to the add/sub and the op run apart.
+void unary_pre_f32(UnaryOp op, int pre, float* dst, const float* a, int ainc, const float* b,
+                   int binc, int64_t n);
 // Integer-capable ops only (Neg, Abs, Relu, Sign, Floor/Ceil/Round/Trunc as identity).
 void unary_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n);
 void unary_i64(UnaryOp op, int64_t* dst, const int64_t* a, int ainc, int64_t n);
