@@ -212,10 +212,6 @@ struct Program {
   }
 };
 
-// Element offsets [lo, hi] a descriptor can touch for the program's axes; false if the
-// iteration space is empty (the descriptor touches nothing).
-bool descriptor_span(const Program& p, const Descriptor& d, int64_t* lo, int64_t* hi);
-
 // Text form of a program (one instruction per line, plus header, axes and descriptors).
 std::string disassemble(const Program& p);
 

@@ -87,6 +87,23 @@ int64_t grid_size(const Layout& L, const std::vector<int64_t>& chunk) {
 }
 
 // Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
+// The program's axes from the layout: tile roles, chunks and who walks each axis (a matmul's
+// contraction inside its instruction, reduced axes by loops in loop mode, the rest the grid).
+void build_axes(const std::vector<int64_t>& chunk, Layout* L) {
+  for (int a = 0; a < static_cast<int>(L->axes.size()); ++a) {
+    bc::Axis ax;
+    ax.extent = L->axes[a].extent;
+    ax.chunk = chunk[a];
+    ax.tile = a == L->col   ? bc::AxisTile::kCol
+              : a == L->row ? bc::AxisTile::kRow
+                            : bc::AxisTile::kNone;
+    ax.iter = L->axes[a].mm_role == 3              ? bc::AxisIter::kContract
+              : L->axes[a].reduced && L->loop_mode ? bc::AxisIter::kLoop
+                                                   : bc::AxisIter::kGrid;
+    L->bc_axes.push_back(ax);
+  }
+}
+
 // A matmul stage's tile is the GEMM kernel's preferred output block, shrunk for parallelism.
 void choose_matmul_tiling(Layout* L, int threads) {
   int n = static_cast<int>(L->axes.size());
@@ -120,16 +137,7 @@ void choose_matmul_tiling(Layout* L, int threads) {
     }
   }
   L->loop_mode = false;
-  for (int a = 0; a < n; ++a) {
-    bc::Axis ax;
-    ax.extent = L->axes[a].extent;
-    ax.chunk = chunk[a];
-    ax.tile = a == L->col   ? bc::AxisTile::kCol
-              : a == L->row ? bc::AxisTile::kRow
-                            : bc::AxisTile::kNone;
-    ax.iter = L->axes[a].mm_role == 3 ? bc::AxisIter::kContract : bc::AxisIter::kGrid;
-    L->bc_axes.push_back(ax);
-  }
+  build_axes(chunk, L);
 }
 
 void choose_tiling(Layout* L, int threads, bool partial) {
@@ -179,16 +187,7 @@ void choose_tiling(Layout* L, int threads, bool partial) {
     bool tile = a == L->row || a == L->col;
     if (!tile || f.extent == 0 || (f.extent + chunk[a] - 1) / chunk[a] > 1) L->loop_mode = true;
   }
-  for (int a = 0; a < n; ++a) {
-    bc::Axis ax;
-    ax.extent = L->axes[a].extent;
-    ax.chunk = chunk[a];
-    ax.tile = a == L->col   ? bc::AxisTile::kCol
-              : a == L->row ? bc::AxisTile::kRow
-                            : bc::AxisTile::kNone;
-    ax.iter = L->axes[a].reduced && L->loop_mode ? bc::AxisIter::kLoop : bc::AxisIter::kGrid;
-    L->bc_axes.push_back(ax);
-  }
+  build_axes(chunk, L);
   if (!partial) return;
   int split = -1;
   for (int a = 0; a < n; ++a)

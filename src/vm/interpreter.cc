@@ -129,19 +129,6 @@ Ref BlockRunner::resolve(const Operand& o, CType t) const {
   return Ref{nullptr, 0, 0};
 }
 
-// Calls fn(dst_row, src_rows..., n) for each tile row; when a tile is one column wide and
-// every operand walks rows with stride 0 or 1, the rows are processed as a single row.
-template <typename Fn, typename... Refs>
-void for_rows(int64_t rows, int64_t cols, int es, const Ref& dst, Fn fn, const Refs&... srcs) {
-  if (cols == 1 && rows > 1 && dst.rs == 1 && ((srcs.rs == 0 || srcs.rs == 1) && ...)) {
-    fn(dst.p, rows, Ref{srcs.p, 0, srcs.rs}...);
-    return;
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    fn(dst.p + r * dst.rs * es, cols, Ref{srcs.p + r * srcs.rs * es, 0, srcs.cs}...);
-  }
-}
-
 // op(A + B) / op(A - B): the pre-op flag folds a preceding add/sub into the unary's pass.
 void BlockRunner::exec_unary_pre(const Instr& in) {
   UnaryOp op = static_cast<UnaryOp>(static_cast<int>(in.op) - bc::kFirstUnary);
