@@ -1,0 +1,94 @@
+"""DType <-> numpy / torch element types, and output allocation.
+
+numpy has no bfloat16, so bf16 (and, by choice, nothing else) needs torch.
+"""
+
+import sys
+
+import numpy as np
+
+from ._dvm import DType, DvmError, StatusCode
+
+_NUMPY = {
+    DType.F32: np.dtype(np.float32),
+    DType.F16: np.dtype(np.float16),
+    DType.I32: np.dtype(np.int32),
+    DType.I64: np.dtype(np.int64),
+    DType.BOOL: np.dtype(np.bool_),
+}
+
+
+def _torch():
+    """torch if it is already imported (DVM never imports it on its own)."""
+    return sys.modules.get("torch")
+
+
+def _torch_dtypes(torch):
+    return {
+        DType.F32: torch.float32,
+        DType.F16: torch.float16,
+        DType.BF16: torch.bfloat16,
+        DType.I32: torch.int32,
+        DType.I64: torch.int64,
+        DType.BOOL: torch.bool,
+    }
+
+
+def _error(message):
+    e = DvmError("InvalidArgument: " + message)
+    e.code = StatusCode.INVALID_ARGUMENT
+    e.message = message
+    return e
+
+
+def numpy_dtype(dtype):
+    """The numpy dtype of a DType (bf16 has none: raises DvmError)."""
+    try:
+        return _NUMPY[dtype]
+    except KeyError:
+        raise _error(f"{dtype} has no numpy dtype; use torch tensors for bf16") from None
+
+
+def torch_dtype(dtype):
+    """The torch dtype of a DType (imports torch)."""
+    import torch
+
+    return _torch_dtypes(torch)[dtype]
+
+
+def dtype_of(x):
+    """The DType of an array, a numpy/torch dtype, or a DType."""
+    if isinstance(x, DType):
+        return x
+    torch = _torch()
+    if torch is not None:
+        if isinstance(x, torch.Tensor):
+            x = x.dtype
+        if isinstance(x, torch.dtype):
+            for d, t in _torch_dtypes(torch).items():
+                if t == x:
+                    return d
+            raise _error(f"torch dtype {x} is not a DVM dtype")
+    try:
+        nd = np.dtype(getattr(x, "dtype", x))
+    except TypeError:
+        raise _error(f"{x!r} is not an array or dtype") from None
+    for d, t in _NUMPY.items():
+        if t == nd:
+            return d
+    raise _error(f"numpy dtype {nd} is not a DVM dtype")
+
+
+def _is_torch(x):
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def empty(shape, dtype, like=()):
+    """An uninitialised array: a torch tensor if any of `like` is one (or dtype is bf16),
+    else a numpy array."""
+    if dtype == DType.BF16 or any(_is_torch(a) for a in like):
+        import torch
+
+        return torch.empty(tuple(shape), dtype=_torch_dtypes(torch)[dtype])
+    return np.empty(tuple(shape), dtype=numpy_dtype(dtype))

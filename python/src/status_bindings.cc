@@ -1,0 +1,59 @@
+// Bindings for dvm/status.h: StatusCode, and the one place where a Status becomes a Python
+// exception (`dvm.DvmError`, with `.code` and `.message`).
+#include <nanobind/stl/string.h>
+
+#include <cctype>
+
+#include "bindings.h"
+
+namespace dvm::python {
+
+std::string upper_snake(std::string_view camel) {
+  std::string out;
+  for (size_t i = 0; i < camel.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(camel[i]);
+    if (std::isupper(c) && i > 0) out.push_back('_');
+    out.push_back(static_cast<char>(std::toupper(c)));
+  }
+  return out;
+}
+
+namespace {
+
+PyObject* g_dvm_error = nullptr;  // the exception type; owned by the module once added
+
+void translate_status_error(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const StatusError& e) {
+    nb::object type = nb::borrow(g_dvm_error);
+    nb::object error = type(e.status().to_string());
+    error.attr("code") = e.status().code();
+    error.attr("message") = e.status().message();
+    PyErr_SetObject(g_dvm_error, error.ptr());
+  }
+}
+
+}  // namespace
+
+void bind_status(nb::module_& m) {
+  nb::enum_<StatusCode> code(m, "StatusCode");
+  // status.h has no X-macro table; kInternal is its last code.
+  for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    auto sc = static_cast<StatusCode>(c);
+    code.value(upper_snake(status_code_name(sc)).c_str(), sc);
+  }
+
+  g_dvm_error = PyErr_NewExceptionWithDoc(
+      "dvm.DvmError",
+      "An error a caller can cause (bad shapes, dtypes, arguments), raised from a DVM Status.\n"
+      "str(e) is 'Code: message'; e.code is a dvm.StatusCode, e.message the Status message.",
+      PyExc_Exception, nullptr);
+  if (g_dvm_error == nullptr) throw nb::python_error();
+  m.attr("DvmError") = nb::steal(g_dvm_error);
+  nb::register_exception_translator(translate_status_error);
+
+  m.def("status_code_name", &status_code_name, nb::arg("code"));
+}
+
+}  // namespace dvm::python
