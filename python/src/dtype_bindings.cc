@@ -1,6 +1,8 @@
 // Bindings for dvm/dtype.h: DType and CType (member names derived from dtype_name /
 // ctype_name), sizes, classification and promotion, and the DLPack element-type mapping used
 // when tensors cross into DVM.
+#include <nanobind/stl/string.h>
+
 #include <cctype>
 #include <string>
 

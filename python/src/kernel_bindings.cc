@@ -267,6 +267,7 @@ void bind_kernel(nb::module_& m) {
   nb::implicitly_convertible<int64_t, Dim>();
 
   nb::class_<Value>(m, "Value", "A tensor value inside a KernelBuilder (a handle).")
+      .def(nb::init<>(), "An invalid handle.")
       .def_ro("id", &Value::id)
       .def_prop_ro("valid", &Value::valid)
       .def("__eq__", [](const Value& a, const Value& b) { return a.id == b.id; })
