@@ -23,6 +23,7 @@ const EnvKnobs& env() {
   static const EnvKnobs knobs = [] {
     EnvKnobs k;
     k.dump_bytecode = flag("DVM_DUMP_BYTECODE");
+    k.dump_ir = flag("DVM_DUMP_IR");
     k.num_threads = integer("DVM_NUM_THREADS");
     return k;
   }();

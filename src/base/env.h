@@ -1,4 +1,5 @@
-// Run-time debug knobs, all read here: DVM_DUMP_BYTECODE=1 prints every encoded program to
+// Run-time debug knobs, all read here: DVM_DUMP_IR=1 prints the graph IR after each pass;
+// DVM_DUMP_BYTECODE=1 prints every encoded program to
 // stderr; DVM_NUM_THREADS=n caps the VM's threads; DVM_VERIFY_ALWAYS=1 re-verifies programs on
 // cache hits too (debugging aid).
 #pragma once
@@ -7,7 +8,8 @@ namespace dvm::base {
 
 struct EnvKnobs {
   bool dump_bytecode = false;
-  int num_threads = 0;  // 0: unset
+  bool dump_ir = false;  // DVM_DUMP_IR=1: the graph IR after each pass
+  int num_threads = 0;   // 0: unset
 };
 
 // Read once, on first use.

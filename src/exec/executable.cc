@@ -1,0 +1,571 @@
+// Executable: a graph compiled once (passes, fusion, lowering, buffer plan) and run for any
+// binding of its symbols.
+//
+// Per call: bind the symbols from the input shapes (checking every dim), look up the plan of
+// that binding (concrete shapes, buffer offsets, params; cached), resolve every kernel operand
+// to a strided view of an input, an output or the arena, and launch the kernels in order. The
+// kernels' own caches hold the bytecode per binding, so a repeated shape costs no encoding.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "exec/native_ops.h"
+#include "exec/views.h"
+#include "fuser/fusion.h"
+#include "fuser/lower.h"
+#include "passes/passes.h"
+
+namespace dvm {
+
+namespace {
+
+using fuser::FusionPlan;
+using fuser::KernelKind;
+using fuser::Role;
+using graph::GraphDef;
+using graph::Node;
+
+constexpr int64_t kAlign = 64;
+constexpr size_t kMaxBindingPlans = 4096;
+
+int64_t align_up(int64_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
+
+struct Step {
+  int group = -1;
+  KernelKind kind = KernelKind::kVector;
+  std::shared_ptr<CompiledKernel> kernel;  // VM kernels
+  fuser::LoweredKernel lowered;
+  int native_node = -1;  // native kernels
+};
+
+struct BindingPlan {
+  SymBindings bindings;
+  std::vector<std::vector<int64_t>> shapes;  // per node
+  std::vector<int64_t> slot_offset;
+  int64_t arena_bytes = 0;
+  std::vector<std::vector<ScalarArg>> params;  // per step
+};
+
+struct Arena {
+  char* data = nullptr;
+  int64_t capacity = 0;
+  ~Arena() { std::free(data); }
+  void reserve(int64_t bytes) {
+    if (bytes <= capacity) return;
+    std::free(data);
+    capacity = align_up(std::max<int64_t>(bytes, capacity * 3 / 2));
+    data = static_cast<char*>(std::aligned_alloc(kAlign, static_cast<size_t>(capacity)));
+  }
+};
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct Executable::Impl {
+  Graph source;
+  Graph optimized;
+  const GraphDef* g = nullptr;
+  GraphCompileOptions options;
+  FusionPlan plan;
+  std::vector<Step> steps;
+  std::vector<std::string> symbols;  // binding key order
+  std::vector<int> output_index;     // node -> first output slot holding it, -1
+  std::vector<int> buffer_slot;      // node -> arena slot, -1
+  std::vector<std::vector<int>> slot_buffers;
+
+  mutable std::mutex mu;
+  mutable std::map<std::vector<int64_t>, std::shared_ptr<const BindingPlan>> plans;
+  mutable std::vector<std::unique_ptr<Arena>> arenas;
+
+  Status lower_all();
+  void plan_memory();
+  StatusOr<SymBindings> bind(std::span<const TensorArg> inputs) const;
+  StatusOr<std::shared_ptr<const BindingPlan>> binding_plan(const SymBindings& b) const;
+  std::unique_ptr<Arena> take_arena() const;
+  void give_arena(std::unique_ptr<Arena> a) const;
+  std::string where(int node) const { return g->name + ": " + graph::node_str(*g, node); }
+};
+
+namespace {
+
+int root_of(const GraphDef& g, const FusionPlan& plan, const fuser::LoadSpec& l) {
+  int id = l.through_self ? g.nodes[l.node].inputs[0] : l.node;
+  return fuser::storage_root(g, plan, id);
+}
+
+}  // namespace
+
+Status Executable::Impl::lower_all() {
+  fuser::FuseOptions fo;
+  fo.enable = options.fuse;
+  for (int attempt = 0;; ++attempt) {
+    plan = fuser::fuse(*g, fo);
+    steps.clear();
+    int bad_view = -1;
+    Status failed;
+    for (size_t k = 0; k < plan.groups.size() && failed.is_ok(); ++k) {
+      Step s;
+      s.group = static_cast<int>(k);
+      s.kind = plan.groups[k].kind;
+      if (s.kind == KernelKind::kNative) {
+        s.native_node = plan.groups[k].nodes[0];
+      } else {
+        StatusOr<fuser::LoweredKernel> l = fuser::lower_group(*g, plan, s.group, &bad_view);
+        if (!l.is_ok()) {
+          failed = l.status();
+          break;
+        }
+        s.lowered = std::move(*l);
+        CompileOptions co;
+        co.num_threads = options.num_threads;
+        DVM_ASSIGN_OR_RETURN(s.kernel, CompiledKernel::create(s.lowered.kernel, co));
+      }
+      steps.push_back(std::move(s));
+    }
+    if (failed.is_ok()) return Status::ok();
+    if (bad_view < 0 || attempt > 64) return failed;
+    fo.no_in_kernel_views.insert(bad_view);  // keep that view out of kernels and re-fuse
+  }
+}
+
+// Buffers of intermediate values get arena slots by liveness over the kernel order: a slot is
+// reused once the last kernel reading its previous buffer has run (never by a kernel that
+// still reads it, so a kernel's inputs and outputs never alias).
+void Executable::Impl::plan_memory() {
+  size_t n = g->nodes.size();
+  output_index.assign(n, -1);
+  for (size_t k = 0; k < g->outputs.size(); ++k) {
+    if (output_index[g->outputs[k]] < 0) output_index[g->outputs[k]] = static_cast<int>(k);
+  }
+  std::vector<int> def(n, -1), last(n, -1);
+  int end = static_cast<int>(steps.size());
+  for (int s = 0; s < end; ++s) {
+    const Step& st = steps[s];
+    const fuser::Group& grp = plan.groups[st.group];
+    for (int id : grp.stores) def[id] = s;
+    if (st.kind == KernelKind::kNative) {
+      for (int in : g->nodes[st.native_node].inputs) {
+        int r = fuser::storage_root(*g, plan, in);
+        last[r] = std::max(last[r], s);
+      }
+    } else {
+      for (const fuser::LoadSpec& l : st.lowered.loads) {
+        int r = root_of(*g, plan, l);
+        last[r] = std::max(last[r], s);
+      }
+    }
+  }
+  for (int o : g->outputs) last[fuser::storage_root(*g, plan, o)] = end;
+  buffer_slot.assign(n, -1);
+  slot_buffers.clear();
+  std::vector<int> slot_free_after;  // last step that reads the slot's current buffer
+  for (int s = 0; s < end; ++s) {
+    for (int id : plan.groups[steps[s].group].stores) {
+      if (output_index[id] >= 0) continue;
+      int slot = -1;
+      for (size_t k = 0; k < slot_free_after.size(); ++k) {
+        if (slot_free_after[k] < s) {
+          slot = static_cast<int>(k);
+          break;
+        }
+      }
+      if (slot < 0) {
+        slot = static_cast<int>(slot_buffers.size());
+        slot_buffers.emplace_back();
+        slot_free_after.push_back(-1);
+      }
+      slot_buffers[slot].push_back(id);
+      slot_free_after[slot] = std::max(last[id], s);
+      buffer_slot[id] = slot;
+    }
+  }
+}
+
+StatusOr<SymBindings> Executable::Impl::bind(std::span<const TensorArg> inputs) const {
+  if (inputs.size() != g->inputs.size()) {
+    return invalid_argument(g->name + ": expected " + std::to_string(g->inputs.size()) +
+                            " inputs, got " + std::to_string(inputs.size()));
+  }
+  SymBindings b;
+  auto dim_error = [&](size_t k, size_t d, const std::string& what) {
+    const Node& n = g->nodes[g->inputs[k]];
+    return invalid_argument(g->name + ": input " + std::to_string(k) + " '" + n.name + "' " +
+                            std::string(dtype_name(n.dtype)) + to_string(n.shape) + ": dim " +
+                            std::to_string(d) + " " + what);
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Node& n = g->nodes[g->inputs[k]];
+    if (inputs[k].dtype != n.dtype) {
+      return invalid_argument(g->name + ": input " + std::to_string(k) + " '" + n.name +
+                              "': expected dtype " + std::string(dtype_name(n.dtype)) + ", got " +
+                              std::string(dtype_name(inputs[k].dtype)));
+    }
+    if (inputs[k].shape.size() != n.shape.size()) {
+      return invalid_argument(g->name + ": input " + std::to_string(k) + " '" + n.name +
+                              "': expected rank " + std::to_string(n.shape.size()) + " " +
+                              to_string(n.shape) + ", got rank " +
+                              std::to_string(inputs[k].shape.size()));
+    }
+    for (size_t d = 0; d < n.shape.size(); ++d) {
+      if (n.shape[d].is_symbol() && !b.count(n.shape[d].symbol_name())) {
+        b[n.shape[d].symbol_name()] = inputs[k].shape[d];
+      }
+    }
+  }
+  // Dims such as s0*2 or s0+1 bind a symbol no plain dim bound (solved as a linear form and
+  // verified below).
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Node& n = g->nodes[g->inputs[k]];
+    for (size_t d = 0; d < n.shape.size(); ++d) {
+      std::vector<std::string> unbound;
+      for (const std::string& s : n.shape[d].symbols())
+        if (!b.count(s)) unbound.push_back(s);
+      if (unbound.size() != 1) continue;
+      SymRange r = g->symbols.count(unbound[0]) ? g->symbols.at(unbound[0]) : SymRange{};
+      SymBindings t = b;
+      t[unbound[0]] = r.lo;
+      StatusOr<int64_t> e0 = n.shape[d].evaluate(t);
+      t[unbound[0]] = r.lo + 1;
+      StatusOr<int64_t> e1 = n.shape[d].evaluate(t);
+      if (!e0.is_ok() || !e1.is_ok() || *e1 == *e0) continue;
+      int64_t slope = *e1 - *e0, delta = inputs[k].shape[d] - *e0;
+      if (delta % slope == 0) b[unbound[0]] = r.lo + delta / slope;
+    }
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Node& n = g->nodes[g->inputs[k]];
+    for (size_t d = 0; d < n.shape.size(); ++d) {
+      StatusOr<int64_t> v = n.shape[d].evaluate(b);
+      if (!v.is_ok()) return dim_error(k, d, "cannot be bound: " + v.status().message());
+      if (*v != inputs[k].shape[d]) {
+        return dim_error(k, d,
+                         "is " + n.shape[d].to_string() + " = " + std::to_string(*v) +
+                             " by the other inputs, got " + std::to_string(inputs[k].shape[d]));
+      }
+    }
+  }
+  return b;
+}
+
+StatusOr<std::shared_ptr<const BindingPlan>> Executable::Impl::binding_plan(
+    const SymBindings& b) const {
+  std::vector<int64_t> key;
+  for (const std::string& s : symbols) {
+    auto it = b.find(s);
+    key.push_back(it == b.end() ? -1 : it->second);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+  }
+  auto p = std::make_shared<BindingPlan>();
+  p->bindings = b;
+  p->shapes.resize(g->nodes.size());
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    for (const SymExpr& d : g->nodes[i].shape) {
+      StatusOr<int64_t> v = d.evaluate(b);
+      if (!v.is_ok()) return invalid_argument(where(i) + ": " + v.status().message());
+      if (*v < 0) {
+        return invalid_argument(where(i) + ": dim " + d.to_string() + " = " + std::to_string(*v) +
+                                " is negative for this binding");
+      }
+      p->shapes[i].push_back(*v);
+    }
+  }
+  int64_t offset = 0;
+  for (const std::vector<int>& bufs : slot_buffers) {
+    int64_t size = 0;
+    for (int id : bufs) {
+      int64_t numel = 1;
+      for (int64_t d : p->shapes[id]) numel *= d;
+      size = std::max(size, numel * dtype_size(g->nodes[id].dtype));
+    }
+    p->slot_offset.push_back(offset);
+    offset += align_up(size);
+  }
+  p->arena_bytes = offset;
+  for (const Step& st : steps) {
+    std::vector<ScalarArg> params;
+    for (const SymExpr& e : st.lowered.params) {
+      DVM_ASSIGN_OR_RETURN(int64_t v, e.evaluate(b));
+      params.push_back(ScalarArg::of_float(static_cast<double>(v)));
+    }
+    p->params.push_back(std::move(params));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (plans.size() >= kMaxBindingPlans) plans.clear();
+  plans[key] = p;
+  return std::shared_ptr<const BindingPlan>(p);
+}
+
+std::unique_ptr<Arena> Executable::Impl::take_arena() const {
+  std::lock_guard<std::mutex> lock(mu);
+  if (arenas.empty()) return std::make_unique<Arena>();
+  std::unique_ptr<Arena> a = std::move(arenas.back());
+  arenas.pop_back();
+  return a;
+}
+
+void Executable::Impl::give_arena(std::unique_ptr<Arena> a) const {
+  std::lock_guard<std::mutex> lock(mu);
+  arenas.push_back(std::move(a));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One call.
+
+namespace {
+
+class CallState {
+ public:
+  CallState(const Executable::Impl& x, const BindingPlan& p, std::span<const TensorArg> in,
+            std::span<const TensorArg> out, Arena* arena)
+      : x_(x), p_(p), in_(in), out_(out), arena_(arena), resolved_(x.g->nodes.size()) {}
+  StatusOr<TensorArg> resolve(int id);
+  StatusOr<TensorArg> resolve_load(const fuser::LoadSpec& l);
+  TensorArg storage(int id);
+
+ private:
+  StatusOr<TensorArg> view_of(int id, int src);
+  const Executable::Impl& x_;
+  const BindingPlan& p_;
+  std::span<const TensorArg> in_, out_;
+  Arena* arena_;
+  std::vector<std::optional<TensorArg>> resolved_;
+  std::vector<std::unique_ptr<char[]>> temps_;
+};
+
+TensorArg with_strides(TensorArg t) {
+  if (t.strides.empty()) t.strides = exec::contiguous_strides(t.shape);
+  return t;
+}
+
+// Where a compute node's value lives: the caller's output or its arena slot.
+TensorArg CallState::storage(int id) {
+  const Node& n = x_.g->nodes[id];
+  if (x_.output_index[id] >= 0) return with_strides(out_[x_.output_index[id]]);
+  TensorArg t;
+  t.data = arena_->data + p_.slot_offset[x_.buffer_slot[id]];
+  t.dtype = n.dtype;
+  t.shape = p_.shapes[id];
+  t.strides = exec::contiguous_strides(t.shape);
+  return t;
+}
+
+StatusOr<TensorArg> CallState::view_of(int id, int src) {
+  DVM_ASSIGN_OR_RETURN(TensorArg t, resolve(src));
+  const Node& n = x_.g->nodes[id];
+  if (exec::apply_view(n, p_.shapes[id], p_.bindings, &t)) return t;
+  // Not expressible with strides (a reshape of an input with an unusual layout): copy the
+  // operand to contiguous scratch memory first.
+  int64_t numel = 1;
+  for (int64_t d : t.shape) numel *= d;
+  temps_.push_back(std::make_unique<char[]>(std::max<int64_t>(numel, 1) * dtype_size(t.dtype)));
+  TensorArg c;
+  c.data = temps_.back().get();
+  c.dtype = t.dtype;
+  c.shape = t.shape;
+  c.strides = exec::contiguous_strides(t.shape);
+  exec::strided_copy(t, c);
+  if (!exec::apply_view(n, p_.shapes[id], p_.bindings, &c)) {
+    return internal_error(x_.where(id) + ": view of contiguous data failed");
+  }
+  return c;
+}
+
+StatusOr<TensorArg> CallState::resolve(int id) {
+  if (resolved_[id]) return *resolved_[id];
+  TensorArg t;
+  switch (x_.plan.role[id]) {
+    case Role::kInput: {
+      size_t k = std::find(x_.g->inputs.begin(), x_.g->inputs.end(), id) - x_.g->inputs.begin();
+      t = with_strides(in_[k]);
+      break;
+    }
+    case Role::kCompute:
+      t = storage(id);
+      break;
+    case Role::kView:
+    case Role::kInKernelView: {
+      DVM_ASSIGN_OR_RETURN(t, view_of(id, x_.g->nodes[id].inputs[0]));
+      break;
+    }
+    case Role::kScalar:
+      return internal_error(x_.where(id) + ": a scalar has no storage");
+  }
+  resolved_[id] = t;
+  return t;
+}
+
+StatusOr<TensorArg> CallState::resolve_load(const fuser::LoadSpec& l) {
+  if (!l.through_self) return resolve(l.node);
+  return view_of(l.node, x_.g->nodes[l.node].inputs[0]);
+}
+
+Status run_native(const Executable::Impl& x, CallState& cs, int id) {
+  const Node& n = x.g->nodes[id];
+  TensorArg out = cs.storage(id);
+  switch (n.op) {
+    case GraphOp::kIota:
+      exec::iota(out, n.axis);
+      return Status::ok();
+    case GraphOp::kIndexSelect:
+    case GraphOp::kGather: {
+      DVM_ASSIGN_OR_RETURN(TensorArg src, cs.resolve(n.inputs[0]));
+      DVM_ASSIGN_OR_RETURN(TensorArg idx, cs.resolve(n.inputs[1]));
+      if (n.op == GraphOp::kIndexSelect) {
+        return exec::index_select(x.where(id), src, idx, n.axis, out);
+      }
+      return exec::gather(x.where(id), src, idx, n.axis, out);
+    }
+    default:
+      return internal_error(x.where(id) + ": not a native op");
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Executable
+
+Executable::Executable() : impl_(std::make_unique<Impl>()) {}
+Executable::~Executable() = default;
+
+StatusOr<std::shared_ptr<Executable>> Executable::compile(const Graph& graph,
+                                                          const GraphCompileOptions& options) {
+  std::shared_ptr<Executable> exe(new Executable());
+  Impl& x = *exe->impl_;
+  x.source = graph;
+  x.options = options;
+  DVM_ASSIGN_OR_RETURN(GraphDef opt, passes::run_pipeline(graph.def(), options.optimize));
+  x.optimized = Graph(std::make_shared<GraphDef>(std::move(opt)));
+  x.g = &x.optimized.def();
+  for (const auto& [name, range] : x.g->symbols) x.symbols.push_back(name);
+  DVM_RETURN_IF_ERROR(x.lower_all());
+  x.plan_memory();
+  return exe;
+}
+
+Status Executable::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+                       GraphRunStats* stats) const {
+  const Impl& x = *impl_;
+  double t0 = now_us();
+  DVM_ASSIGN_OR_RETURN(SymBindings b, x.bind(inputs));
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b));
+  if (outputs.size() != x.g->outputs.size()) {
+    return invalid_argument(x.g->name + ": expected " + std::to_string(x.g->outputs.size()) +
+                            " outputs, got " + std::to_string(outputs.size()));
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    int o = x.g->outputs[k];
+    if (outputs[k].dtype != x.g->nodes[o].dtype || outputs[k].shape != p->shapes[o]) {
+      return invalid_argument(x.g->name + ": output " + std::to_string(k) + " '" +
+                              x.g->output_names[k] + "' must be " +
+                              std::string(dtype_name(x.g->nodes[o].dtype)) +
+                              to_string(x.g->nodes[o].shape) + " for this binding");
+    }
+  }
+  std::unique_ptr<Arena> arena = x.take_arena();
+  arena->reserve(p->arena_bytes);
+  GraphRunStats st;
+  st.peak_bytes = p->arena_bytes;
+  st.bind_us = now_us() - t0;
+  CallState cs(x, *p, inputs, outputs, arena.get());
+  Status status;
+  std::vector<TensorArg> ins, outs;
+  for (size_t s = 0; s < x.steps.size() && status.is_ok(); ++s) {
+    const Step& step = x.steps[s];
+    if (step.kind == KernelKind::kNative) {
+      status = run_native(x, cs, step.native_node);
+      ++st.native_launched;
+      continue;
+    }
+    ins.clear();
+    outs.clear();
+    for (const fuser::LoadSpec& l : step.lowered.loads) {
+      StatusOr<TensorArg> t = cs.resolve_load(l);
+      if (!t.is_ok()) {
+        status = t.status();
+        break;
+      }
+      ins.push_back(std::move(*t));
+    }
+    if (!status.is_ok()) break;
+    for (int id : step.lowered.stores) outs.push_back(cs.storage(id));
+    RunStats rs;
+    status = step.kernel->run(ins, outs, p->params[s], &rs);
+    ++st.kernels_launched;
+    (rs.cache_hit ? st.cache_hits : st.programs_encoded)++;
+    st.encode_us += rs.encode_us;
+    st.bytes_moved += rs.bytes_moved;
+  }
+  // Outputs that are inputs, or the same value listed twice, are copied.
+  for (size_t k = 0; k < outputs.size() && status.is_ok(); ++k) {
+    int o = x.g->outputs[k];
+    if (x.plan.role[o] == Role::kCompute && x.output_index[o] == static_cast<int>(k)) continue;
+    StatusOr<TensorArg> src = cs.resolve(o);
+    if (!src.is_ok()) {
+      status = src.status();
+      break;
+    }
+    exec::strided_copy(*src, with_strides(outputs[k]));
+    ++st.native_launched;
+  }
+  x.give_arena(std::move(arena));
+  if (stats) *stats = st;
+  return status;
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> Executable::output_shapes(
+    std::span<const TensorArg> inputs) const {
+  DVM_ASSIGN_OR_RETURN(SymBindings b, impl_->bind(inputs));
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, impl_->binding_plan(b));
+  std::vector<std::vector<int64_t>> out;
+  for (int o : impl_->g->outputs) out.push_back(p->shapes[o]);
+  return out;
+}
+
+StatusOr<SymBindings> Executable::bind(std::span<const TensorArg> inputs) const {
+  return impl_->bind(inputs);
+}
+
+StatusOr<int64_t> Executable::peak_bytes(const SymBindings& bindings) const {
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, impl_->binding_plan(bindings));
+  return p->arena_bytes;
+}
+
+const Graph& Executable::source() const {
+  return impl_->source;
+}
+const Graph& Executable::optimized() const {
+  return impl_->optimized;
+}
+
+std::vector<DType> Executable::output_dtypes() const {
+  std::vector<DType> out;
+  for (int o : impl_->g->outputs) out.push_back(impl_->g->nodes[o].dtype);
+  return out;
+}
+
+std::string Executable::fusion_report() const {
+  std::string s = fuser::fusion_report(*impl_->g, impl_->plan);
+  s += "buffers: " + std::to_string(impl_->slot_buffers.size()) + " arena slots\n";
+  return s;
+}
+
+int Executable::num_kernels() const {
+  return static_cast<int>(impl_->steps.size());
+}
+
+}  // namespace dvm

@@ -1,0 +1,168 @@
+// Native ops (see native_ops.h). Loops walk all dims but the innermost with an index counter
+// and move the innermost dim with a stride loop (memcpy when both sides are contiguous).
+#include "exec/native_ops.h"
+
+#include <cstring>
+
+namespace dvm::exec {
+
+namespace {
+
+char* elem_ptr(const TensorArg& t, int64_t elem_offset) {
+  return static_cast<char*>(t.data) + (t.offset + elem_offset) * dtype_size(t.dtype);
+}
+
+int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
+  int64_t o = 0;
+  for (size_t i = 0; i < idx.size(); ++i) o += idx[i] * strides[i];
+  return o;
+}
+
+std::vector<int64_t> strides_of(const TensorArg& t) {
+  if (!t.strides.empty()) return t.strides;
+  std::vector<int64_t> s(t.shape.size(), 1);
+  for (int i = static_cast<int>(t.shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * t.shape[i + 1];
+  return s;
+}
+
+// Calls fn(idx) for every index of `shape` with the last dim fixed at 0.
+template <typename F>
+void for_each_row(const std::vector<int64_t>& shape, F fn) {
+  for (int64_t d : shape)
+    if (d == 0) return;
+  std::vector<int64_t> idx(shape.size(), 0);
+  if (shape.empty()) {
+    fn(idx);
+    return;
+  }
+  while (true) {
+    fn(idx);
+    int k = static_cast<int>(shape.size()) - 2;
+    while (k >= 0 && ++idx[k] == shape[k]) idx[k--] = 0;
+    if (k < 0) return;
+  }
+}
+
+int64_t read_index(const TensorArg& t, int64_t elem_offset) {
+  const char* p = elem_ptr(t, elem_offset);
+  if (t.dtype == DType::kI32) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+}  // namespace
+
+void strided_copy(const TensorArg& in, const TensorArg& out) {
+  std::vector<int64_t> si = strides_of(in), so = strides_of(out);
+  int64_t es = dtype_size(in.dtype);
+  int64_t inner = in.shape.empty() ? 1 : in.shape.back();
+  int64_t sin = in.shape.empty() ? 0 : si.back(), sout = out.shape.empty() ? 0 : so.back();
+  for_each_row(in.shape, [&](const std::vector<int64_t>& idx) {
+    char* src = elem_ptr(in, dot(idx, si));
+    char* dst = elem_ptr(out, dot(idx, so));
+    if (sin == 1 && sout == 1) {
+      std::memcpy(dst, src, inner * es);
+      return;
+    }
+    for (int64_t j = 0; j < inner; ++j) std::memcpy(dst + j * sout * es, src + j * sin * es, es);
+  });
+}
+
+Status index_select(const std::string& where, const TensorArg& x, const TensorArg& index, int axis,
+                    const TensorArg& out) {
+  std::vector<int64_t> sx = strides_of(x), si = strides_of(index), so = strides_of(out);
+  int64_t dim = x.shape[axis];
+  int64_t n = index.shape[0];
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t v = read_index(index, k * si[0]);
+    if (v < 0 || v >= dim) {
+      return out_of_range(where + ": index " + std::to_string(v) + " out of range for dim " +
+                          std::to_string(axis) + " of size " + std::to_string(dim));
+    }
+  }
+  // Copy out[.., k, ..] = x[.., index[k], ..] as strided sub-views.
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t v = read_index(index, k * si[0]);
+    TensorArg src = x, dst = out;
+    src.strides = sx;
+    dst.strides = so;
+    src.offset += v * sx[axis];
+    dst.offset += k * so[axis];
+    src.shape.erase(src.shape.begin() + axis);
+    src.strides.erase(src.strides.begin() + axis);
+    dst.shape.erase(dst.shape.begin() + axis);
+    dst.strides.erase(dst.strides.begin() + axis);
+    strided_copy(src, dst);
+  }
+  return Status::ok();
+}
+
+Status gather(const std::string& where, const TensorArg& x, const TensorArg& index, int axis,
+              const TensorArg& out) {
+  std::vector<int64_t> sx = strides_of(x), si = strides_of(index), so = strides_of(out);
+  int64_t es = dtype_size(x.dtype);
+  int64_t dim = x.shape[axis];
+  Status status;
+  std::vector<int64_t> full(index.shape.size());
+  int64_t inner = index.shape.empty() ? 1 : index.shape.back();
+  int last = static_cast<int>(index.shape.size()) - 1;
+  for_each_row(index.shape, [&](const std::vector<int64_t>& idx) {
+    if (!status.is_ok()) return;
+    full = idx;
+    for (int64_t j = 0; j < inner; ++j) {
+      if (last >= 0) full[last] = j;
+      int64_t v = read_index(index, dot(full, si));
+      if (v < 0 || v >= dim) {
+        status = out_of_range(where + ": index " + std::to_string(v) + " out of range for dim " +
+                              std::to_string(axis) + " of size " + std::to_string(dim));
+        return;
+      }
+      int64_t src_off = dot(full, sx) + (v - full[axis]) * sx[axis];
+      std::memcpy(elem_ptr(out, dot(full, so)), elem_ptr(x, src_off), es);
+    }
+  });
+  return status;
+}
+
+void iota(const TensorArg& out, int axis) {
+  std::vector<int64_t> so = strides_of(out);
+  std::vector<int64_t> full(out.shape.size());
+  int64_t inner = out.shape.empty() ? 1 : out.shape.back();
+  int last = static_cast<int>(out.shape.size()) - 1;
+  for_each_row(out.shape, [&](const std::vector<int64_t>& idx) {
+    full = idx;
+    for (int64_t j = 0; j < inner; ++j) {
+      if (last >= 0) full[last] = j;
+      int64_t v = full.empty() ? 0 : full[axis];
+      char* p = elem_ptr(out, dot(full, so));
+      switch (out.dtype) {
+        case DType::kI64:
+          std::memcpy(p, &v, 8);
+          break;
+        case DType::kI32: {
+          int32_t w = static_cast<int32_t>(v);
+          std::memcpy(p, &w, 4);
+          break;
+        }
+        case DType::kF32: {
+          float f = static_cast<float>(v);
+          std::memcpy(p, &f, 4);
+          break;
+        }
+        default: {
+          // f16/bf16/bool iota is rare; store through f32 bits truncated (bool: v != 0).
+          uint8_t b = v != 0;
+          if (out.dtype == DType::kBool) std::memcpy(p, &b, 1);
+          break;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace dvm::exec

@@ -1,0 +1,22 @@
+// Native (non-bytecode) ops of the executable: data-dependent gathers, iota and strided
+// copies. They run on the calling thread; indices are checked against the dims they address.
+#pragma once
+
+#include "dvm/runtime.h"
+#include "graph/graph_def.h"
+
+namespace dvm::exec {
+
+// out[...] = in[...] for two views of the same shape and dtype (any strides).
+void strided_copy(const TensorArg& in, const TensorArg& out);
+
+// torch.index_select(x, axis, index) into out.
+Status index_select(const std::string& where, const TensorArg& x, const TensorArg& index, int axis,
+                    const TensorArg& out);
+// torch.gather(x, axis, index) into out.
+Status gather(const std::string& where, const TensorArg& x, const TensorArg& index, int axis,
+              const TensorArg& out);
+// out = index along `axis`, in out's dtype.
+void iota(const TensorArg& out, int axis);
+
+}  // namespace dvm::exec

@@ -1,0 +1,389 @@
+// The fuser's grouping: greedy in topological order, each compute op joins the kernel of one
+// of its producers when the join is provably legal for every binding and pays; otherwise it
+// starts a kernel and the reason is recorded.
+//
+// The cost rules (what is refused, and why):
+//   - a matmul always starts a kernel: its operands come from memory (prologue fusion would
+//     re-run the producer per output tile);
+//   - iteration domains must be symbolically equal, or the joining op's domain the kernel's
+//     with size-1 dims (row statistics such as a softmax's max); anything else would need a
+//     workspace round trip inside the kernel;
+//   - all reductions of a kernel reduce the same axes (different axes would spill the
+//     intermediate through a workspace); after a matmul only row-wise reductions;
+//   - permutes, slices and element-count-changing reshapes of a computed value are not done
+//     in-kernel: the value is stored and the consumer reads it as a strided view;
+//   - a join that would make the kernel graph cyclic is refused.
+#include <algorithm>
+#include <functional>
+#include <sstream>
+
+#include "fuser/fusion.h"
+
+namespace dvm::fuser {
+
+namespace {
+
+using graph::Node;
+
+bool is_view_op(GraphOp op) {
+  return op == GraphOp::kReshape || op == GraphOp::kPermute || op == GraphOp::kSlice ||
+         op == GraphOp::kBroadcast;
+}
+
+SymShape drop_ones(const SymShape& s) {
+  SymShape out;
+  for (const SymExpr& d : s)
+    if (!(d.is_constant() && d.constant_value() == 1)) out.push_back(d);
+  return out;
+}
+
+bool is_one(const SymExpr& d) {
+  return d.is_constant() && d.constant_value() == 1;
+}
+
+class Fuser {
+ public:
+  Fuser(const GraphDef& g, const FuseOptions& opt) : g_(g), opt_(opt) {}
+  FusionPlan run();
+
+ private:
+  const Node& node(int id) const { return g_.nodes[id]; }
+  void classify();
+  void assign(int c);
+  bool cheap_in_kernel(int view) const;
+  // Group that `input` of a consumer can be fused with, and the views that would move in.
+  int producer_group(int input, std::vector<int>* views) const;
+  bool join_ok(int c, int p, std::string* why);
+  void join(int c, int p, const std::vector<int>& views);
+  int new_group(int c, const std::string& why);
+  std::vector<int> input_groups(int c) const;
+  void add_deps(int group, int c);
+  void compute_stores();
+  void order_groups();
+  SymShape domain_of(int c) const {
+    const Node& n = node(c);
+    return n.op == GraphOp::kReduce ? node(n.inputs[0]).shape : n.shape;
+  }
+
+  const GraphDef& g_;
+  const FuseOptions& opt_;
+  FusionPlan plan_;
+  std::vector<std::set<int>> deps_;  // transitive: groups a group reads from
+};
+
+void Fuser::classify() {
+  size_t n = g_.nodes.size();
+  plan_.role.assign(n, Role::kCompute);
+  plan_.group_of.assign(n, -1);
+  std::vector<char> is_output(n, 0);
+  for (int o : g_.outputs) is_output[o] = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = g_.nodes[i];
+    if (nd.op == GraphOp::kInput) {
+      plan_.role[i] = Role::kInput;
+    } else if (nd.op == GraphOp::kConstant) {
+      plan_.role[i] = is_output[i] ? Role::kCompute : Role::kScalar;
+    } else if (is_view_op(nd.op) && !is_output[i]) {
+      plan_.role[i] = Role::kView;
+      if (plan_.role[nd.inputs[0]] == Role::kScalar) plan_.role[i] = Role::kCompute;
+    }
+    // A reshape of a permuted, sliced or broadcast view is not a strided view in general:
+    // materialise the view it reads (a copy kernel) so the reshape applies to contiguous data.
+    if (nd.op == GraphOp::kReshape && plan_.role[i] == Role::kView) {
+      int src = nd.inputs[0];
+      for (int v = src; plan_.role[v] == Role::kView; v = node(v).inputs[0]) {
+        if (node(v).op != GraphOp::kReshape) {
+          plan_.role[src] = Role::kCompute;
+          break;
+        }
+      }
+    }
+  }
+}
+
+bool Fuser::cheap_in_kernel(int v) const {
+  const Node& n = node(v);
+  if (opt_.no_in_kernel_views.count(v)) return false;
+  if (n.op == GraphOp::kBroadcast) return true;
+  return n.op == GraphOp::kReshape && drop_ones(n.shape) == drop_ones(node(n.inputs[0]).shape);
+}
+
+int Fuser::producer_group(int input, std::vector<int>* views) const {
+  int v = input;
+  while (plan_.role[v] == Role::kView) {
+    if (!cheap_in_kernel(v)) return -1;
+    views->push_back(v);
+    v = node(v).inputs[0];
+  }
+  if (plan_.role[v] != Role::kCompute) return -1;
+  std::reverse(views->begin(), views->end());
+  return plan_.group_of[v];
+}
+
+std::vector<int> Fuser::input_groups(int c) const {
+  std::vector<int> out;
+  for (int i : node(c).inputs) {
+    int r = storage_root(g_, plan_, i);
+    if (plan_.role[r] == Role::kCompute && plan_.group_of[r] >= 0) out.push_back(plan_.group_of[r]);
+  }
+  return out;
+}
+
+bool Fuser::join_ok(int c, int p, std::string* why) {
+  const Group& grp = plan_.groups[p];
+  const Node& n = node(c);
+  if (grp.kind == KernelKind::kNative || grp.kind == KernelKind::kCopy) {
+    *why = "its producer runs in a native or copy kernel";
+    return false;
+  }
+  if (static_cast<int>(grp.nodes.size()) >= opt_.max_ops_per_kernel) {
+    *why = "the producer's kernel reached the op limit";
+    return false;
+  }
+  SymShape d = domain_of(c);
+  bool matmul_group = grp.kind == KernelKind::kCube || grp.kind == KernelKind::kMix;
+  bool equal = d == grp.domain;
+  bool subset = d.size() == grp.domain.size();
+  for (size_t i = 0; subset && i < d.size(); ++i)
+    if (!(d[i] == grp.domain[i]) && !is_one(d[i])) subset = false;
+  bool superset = d.size() == grp.domain.size() && !grp.has_reduce && !matmul_group;
+  for (size_t i = 0; superset && i < d.size(); ++i)
+    if (!(d[i] == grp.domain[i]) && !is_one(grp.domain[i])) superset = false;
+  if (!equal && !subset && !superset) {
+    *why = "its domain " + to_string(d) + " differs from the kernel's " + to_string(grp.domain);
+    return false;
+  }
+  if (n.op == GraphOp::kReduce) {
+    if (!equal) {
+      *why = "a reduction over a broadcast subset of the kernel's domain";
+      return false;
+    }
+    if (grp.has_reduce && grp.reduce_axes != n.ints) {
+      *why = "it reduces other axes than the kernel's reductions (would spill)";
+      return false;
+    }
+    if (matmul_group && (n.ints.size() != 1 || n.ints[0] != static_cast<int64_t>(d.size()) - 1)) {
+      *why = "only row-wise reductions fuse after a matmul";
+      return false;
+    }
+  }
+  for (int i : n.inputs) {
+    std::vector<int> views;
+    int r = storage_root(g_, plan_, i);
+    bool from_p = plan_.role[r] == Role::kCompute && plan_.group_of[r] == p;
+    if (from_p && producer_group(i, &views) != p) {
+      *why = "it reads a permuted or sliced view of a value computed in that kernel";
+      return false;
+    }
+  }
+  for (int q : input_groups(c)) {
+    if (q != p && deps_[q].count(p)) {
+      *why = "joining would make the kernel graph cyclic";
+      return false;
+    }
+  }
+  return true;
+}
+
+void Fuser::add_deps(int group, int c) {
+  for (int q : input_groups(c)) {
+    if (q == group) continue;
+    deps_[group].insert(q);
+    deps_[group].insert(deps_[q].begin(), deps_[q].end());
+  }
+}
+
+void Fuser::join(int c, int p, const std::vector<int>& views) {
+  Group& grp = plan_.groups[p];
+  for (int v : views) {
+    if (plan_.group_of[v] == p) continue;
+    plan_.role[v] = Role::kInKernelView;
+    plan_.group_of[v] = p;
+    grp.nodes.push_back(v);
+  }
+  SymShape d = domain_of(c);
+  if (d.size() == grp.domain.size() && !(d == grp.domain)) {
+    bool grows = true;
+    for (size_t i = 0; i < d.size(); ++i)
+      if (is_one(d[i]) && !is_one(grp.domain[i])) grows = false;
+    if (grows) grp.domain = d;
+  }
+  if (node(c).op == GraphOp::kReduce) {
+    grp.has_reduce = true;
+    grp.reduce_axes = node(c).ints;
+  }
+  if (grp.kind == KernelKind::kCube) grp.kind = KernelKind::kMix;
+  if (grp.kind == KernelKind::kCopy) grp.kind = KernelKind::kVector;
+  grp.nodes.push_back(c);
+  plan_.group_of[c] = p;
+  add_deps(p, c);
+}
+
+int Fuser::new_group(int c, const std::string& why) {
+  const Node& n = node(c);
+  Group grp;
+  grp.kind = n.op == GraphOp::kMatMul                           ? KernelKind::kCube
+             : graph::op_class(n.op) == graph::OpClass::kNative ? KernelKind::kNative
+             : is_view_op(n.op) || n.op == GraphOp::kConstant   ? KernelKind::kCopy
+                                                                : KernelKind::kVector;
+  grp.domain = domain_of(c);
+  if (n.op == GraphOp::kReduce) {
+    grp.has_reduce = true;
+    grp.reduce_axes = n.ints;
+  }
+  grp.nodes.push_back(c);
+  std::string note = "%";
+  note += std::to_string(c);
+  note += ' ';
+  note += graph_op_name(n.op);
+  note += " starts a kernel: ";
+  note += why;
+  grp.notes.push_back(std::move(note));
+  plan_.groups.push_back(std::move(grp));
+  deps_.emplace_back();
+  int id = static_cast<int>(plan_.groups.size()) - 1;
+  plan_.group_of[c] = id;
+  add_deps(id, c);
+  return id;
+}
+
+void Fuser::assign(int c) {
+  const Node& n = node(c);
+  if (!opt_.enable) {
+    new_group(c, "fusion disabled");
+    return;
+  }
+  if (n.op == GraphOp::kMatMul) {
+    new_group(c, "a matmul reads its operands from memory");
+    return;
+  }
+  if (graph::op_class(n.op) == graph::OpClass::kNative) {
+    new_group(c, "data-dependent addressing runs natively");
+    return;
+  }
+  if (n.op == GraphOp::kConcat || is_view_op(n.op)) {
+    new_group(c, n.op == GraphOp::kConcat ? "concat assembles its inputs from memory"
+                                          : "a view that must be materialised");
+    return;
+  }
+  // Candidate producers, most recent kernel first.
+  std::vector<std::pair<int, std::vector<int>>> cands;
+  for (int i : n.inputs) {
+    std::vector<int> views;
+    int p = producer_group(i, &views);
+    if (p >= 0) cands.emplace_back(p, std::move(views));
+  }
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string why = "no producer is computed in a kernel";
+  for (const auto& [p, views] : cands) {
+    std::string reason;
+    if (join_ok(c, p, &reason)) {
+      join(c, p, views);
+      return;
+    }
+    why = "not fused with kernel " + std::to_string(p) + ": " + reason;
+  }
+  new_group(c, why);
+}
+
+void Fuser::compute_stores() {
+  std::vector<char> stored(g_.nodes.size(), 0);
+  auto mark = [&](int id, int reader_group) {
+    int r = storage_root(g_, plan_, id);
+    if (plan_.role[r] == Role::kCompute && plan_.group_of[r] != reader_group) stored[r] = 1;
+  };
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    int grp = plan_.group_of[i];
+    if (grp < 0) continue;
+    for (int in : g_.nodes[i].inputs) {
+      if (plan_.group_of[in] != grp) mark(in, grp);
+    }
+  }
+  for (int o : g_.outputs) {
+    if (plan_.role[o] == Role::kCompute) stored[o] = 1;
+  }
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    if (stored[i]) plan_.groups[plan_.group_of[i]].stores.push_back(static_cast<int>(i));
+  }
+}
+
+// Kernels run in a topological order of their data dependencies (a node may have joined a
+// kernel created before one it reads from).
+void Fuser::order_groups() {
+  size_t n = plan_.groups.size();
+  std::vector<int> order, state(n, 0);
+  std::function<void(int)> visit = [&](int gi) {
+    if (state[gi]) return;
+    state[gi] = 1;
+    for (int d : deps_[gi]) visit(d);
+    order.push_back(gi);
+  };
+  for (size_t i = 0; i < n; ++i) visit(static_cast<int>(i));
+  std::vector<int> new_index(n);
+  std::vector<Group> groups;
+  for (size_t k = 0; k < n; ++k) {
+    new_index[order[k]] = static_cast<int>(k);
+    groups.push_back(std::move(plan_.groups[order[k]]));
+  }
+  plan_.groups = std::move(groups);
+  for (int& gi : plan_.group_of)
+    if (gi >= 0) gi = new_index[gi];
+}
+
+FusionPlan Fuser::run() {
+  classify();
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    if (plan_.role[i] == Role::kCompute) assign(static_cast<int>(i));
+  }
+  compute_stores();
+  order_groups();
+  return std::move(plan_);
+}
+
+}  // namespace
+
+const char* kernel_kind_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::kVector:
+      return "vector";
+    case KernelKind::kCube:
+      return "cube";
+    case KernelKind::kMix:
+      return "mix";
+    case KernelKind::kNative:
+      return "native";
+    case KernelKind::kCopy:
+      return "copy";
+  }
+  return "?";
+}
+
+int storage_root(const GraphDef& g, const FusionPlan& plan, int id) {
+  while (plan.role[id] == Role::kView || plan.role[id] == Role::kInKernelView) {
+    id = g.nodes[id].inputs[0];
+  }
+  return id;
+}
+
+FusionPlan fuse(const GraphDef& g, const FuseOptions& options) {
+  return Fuser(g, options).run();
+}
+
+std::string fusion_report(const GraphDef& g, const FusionPlan& plan) {
+  std::ostringstream os;
+  os << "fusion of " << g.name << ": " << plan.groups.size() << " kernels\n";
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const Group& grp = plan.groups[k];
+    os << "kernel " << k << " [" << kernel_kind_name(grp.kind) << "] domain "
+       << to_string(grp.domain) << "\n";
+    for (int id : grp.nodes) os << "    " << graph::node_str(g, id) << "\n";
+    os << "  stores:";
+    for (int s : grp.stores) os << " %" << s;
+    os << "\n";
+    for (const std::string& note : grp.notes) os << "  why: " << note << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace dvm::fuser

@@ -1,0 +1,110 @@
+// Pass: canonicalise. Local rewrites that remove identities and merge chains of layout ops.
+// Each rule is one entry of kRules with its algebra; a rule returns the new id of the value
+// or -1 when it does not apply. Rules only fire when the result keeps the node's dtype and
+// shape (the Rewriter checks it).
+#include "passes/passes.h"
+
+namespace dvm::passes {
+
+namespace {
+
+using graph::Node;
+
+struct Ctx {
+  Rewriter& rw;
+  const Node& n;          // source node
+  std::vector<int> args;  // its operands in the new graph
+  const Node& arg(size_t i) const { return rw.out().nodes[args[i]]; }
+  bool same_type_as(size_t i) const { return arg(i).dtype == n.dtype && arg(i).shape == n.shape; }
+};
+
+bool is_scalar_const(const Node& n, double v) {
+  return n.op == GraphOp::kConstant && n.sym.empty() && n.value == v;
+}
+
+struct Rule {
+  const char* name;
+  int (*apply)(Ctx& c);
+};
+
+const Rule kRules[] = {
+    // reshape(x, shape(x)) = x;  broadcast(x, shape(x)) = x;  cast<t>(x: t) = x
+    {"identity_layout",
+     [](Ctx& c) {
+       bool layout =
+           c.n.op == GraphOp::kReshape || c.n.op == GraphOp::kBroadcast || c.n.op == GraphOp::kCast;
+       return layout && c.same_type_as(0) ? c.args[0] : -1;
+     }},
+    // permute(x, [0, 1, .., r-1]) = x
+    {"identity_permute",
+     [](Ctx& c) {
+       if (c.n.op != GraphOp::kPermute) return -1;
+       for (size_t i = 0; i < c.n.ints.size(); ++i)
+         if (c.n.ints[i] != static_cast<int64_t>(i)) return -1;
+       return c.args[0];
+     }},
+    // x[0:dim:1] along an axis = x
+    {"identity_slice",
+     [](Ctx& c) {
+       return c.n.op == GraphOp::kSlice && c.n.ints[0] == 1 && c.same_type_as(0) ? c.args[0] : -1;
+     }},
+    // reshape(reshape(x, s1), s2) = reshape(x, s2)
+    {"reshape_of_reshape",
+     [](Ctx& c) {
+       if (c.n.op != GraphOp::kReshape || c.arg(0).op != GraphOp::kReshape) return -1;
+       return c.rw.em().reshape(c.arg(0).inputs[0], c.n.shape);
+     }},
+    // permute(permute(x, p), q) = permute(x, p[q[i]])
+    {"permute_of_permute",
+     [](Ctx& c) {
+       if (c.n.op != GraphOp::kPermute || c.arg(0).op != GraphOp::kPermute) return -1;
+       std::vector<int64_t> perm;
+       for (int64_t q : c.n.ints) perm.push_back(c.arg(0).ints[q]);
+       return c.rw.em().permute(c.arg(0).inputs[0], perm);
+     }},
+    // neg(neg(x)) = x
+    {"double_negation",
+     [](Ctx& c) {
+       bool neg = c.n.op == GraphOp::kUnary && c.n.sub == static_cast<int>(UnaryOp::kNeg);
+       if (!neg || c.arg(0).op != GraphOp::kUnary ||
+           c.arg(0).sub != static_cast<int>(UnaryOp::kNeg))
+         return -1;
+       int x = c.arg(0).inputs[0];
+       const Node& xn = c.rw.out().nodes[x];
+       return xn.dtype == c.n.dtype && xn.shape == c.n.shape ? x : -1;
+     }},
+    // x + 0 = x;  x - 0 = x;  x * 1 = x;  x / 1 = x;  0 + x = x;  1 * x = x
+    // (only when the result has x's dtype and shape, so no promotion or broadcast is lost)
+    {"neutral_element",
+     [](Ctx& c) {
+       if (c.n.op != GraphOp::kBinary) return -1;
+       auto op = static_cast<BinaryOp>(c.n.sub);
+       double unit = op == BinaryOp::kAdd || op == BinaryOp::kSub   ? 0.0
+                     : op == BinaryOp::kMul || op == BinaryOp::kDiv ? 1.0
+                                                                    : -1.0;
+       if (unit < 0) return -1;
+       if (is_scalar_const(c.arg(1), unit) && c.same_type_as(0)) return c.args[0];
+       bool commutes = op == BinaryOp::kAdd || op == BinaryOp::kMul;
+       if (commutes && is_scalar_const(c.arg(0), unit) && c.same_type_as(1)) return c.args[1];
+       return -1;
+     }},
+};
+
+}  // namespace
+
+StatusOr<GraphDef> canonicalize(const GraphDef& g) {
+  Rewriter rw(g);
+  return rw.run([&rw, &g](int id) {
+    const Node& n = g.nodes[id];
+    if (n.op == GraphOp::kInput) return rw.copy(id);
+    Ctx c{rw, n, {}};
+    for (int i : n.inputs) c.args.push_back(rw.map(i));
+    for (const Rule& r : kRules) {
+      int v = r.apply(c);
+      if (v >= 0) return v;
+    }
+    return rw.copy(id);
+  });
+}
+
+}  // namespace dvm::passes

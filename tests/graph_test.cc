@@ -1,0 +1,542 @@
+// Graph compiler tests: text form, shape deduction errors, passes, fusion patterns (golden
+// kernel structure), numerics of fused graphs against the unfused run and hand-written
+// references, many bindings of one executable, memory planning and bad input.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+#include "graph_test_util.h"
+
+namespace dvm::testing {
+namespace {
+
+std::shared_ptr<Executable> compile_or_die(const Graph& g, bool fuse = true) {
+  GraphCompileOptions o;
+  o.fuse = fuse;
+  auto exe = Executable::compile(g, o);
+  EXPECT_TRUE(exe.is_ok()) << exe.status().to_string();
+  return exe.is_ok() ? *exe : nullptr;
+}
+
+// Kernel kinds in order, e.g. "mix,cube".
+std::string kinds(const Executable& exe) {
+  std::istringstream in(exe.fusion_report());
+  std::string line, out;
+  while (std::getline(in, line)) {
+    if (line.rfind("kernel ", 0) != 0) continue;
+    size_t open = line.find('['), close = line.find(']');
+    if (!out.empty()) out += ',';
+    out += line.substr(open + 1, close - open - 1);
+  }
+  return out;
+}
+
+// Runs fused and unfused executables of `g` on the same inputs and compares every output.
+void expect_fused_matches_unfused(const Graph& g, std::vector<HostTensor> inputs,
+                                  double tol = 2e-5) {
+  auto fused = compile_or_die(g, true);
+  auto unfused = compile_or_die(g, false);
+  ASSERT_TRUE(fused && unfused);
+  auto a = run_graph(*fused, inputs);
+  auto b = run_graph(*unfused, inputs);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string() << "\n" << fused->fusion_report();
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  for (size_t k = 0; k < a->size(); ++k) {
+    expect_close((*a)[k], (*b)[k], tol, g.name() + " output " + std::to_string(k));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graphs used below.
+
+Graph layernorm_graph() {
+  GraphBuilder gb("layernorm");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 64});
+  Tensor w = gb.input("w", DType::kF32, {64});
+  Tensor b = gb.input("b", DType::kF32, {64});
+  gb.output("y", gb.layer_norm(x, w, b, 1e-5));
+  return *gb.build();
+}
+
+Graph softmax_graph() {
+  GraphBuilder gb("softmax");
+  SymExpr b = gb.symbol("B"), n = gb.symbol("N");
+  Tensor x = gb.input("x", DType::kF32, {b, n});
+  gb.output("y", gb.softmax(x, -1));
+  return *gb.build();
+}
+
+Graph gelu_mlp_graph() {
+  GraphBuilder gb("gelu_mlp");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 32});
+  Tensor w1 = gb.input("w1", DType::kF32, {64, 32});
+  Tensor b1 = gb.input("b1", DType::kF32, {64});
+  Tensor w2 = gb.input("w2", DType::kF32, {32, 64});
+  Tensor b2 = gb.input("b2", DType::kF32, {32});
+  gb.output("y", gb.linear(gb.gelu(gb.linear(x, w1, b1)), w2, b2));
+  return *gb.build();
+}
+
+Graph attention_graph(bool causal) {
+  GraphBuilder gb(causal ? "causal_attention" : "attention");
+  SymExpr s = gb.symbol("S");
+  Tensor q = gb.input("q", DType::kF32, {2, s, 16});
+  Tensor k = gb.input("k", DType::kF32, {2, s, 16});
+  Tensor v = gb.input("v", DType::kF32, {2, s, 16});
+  Tensor mask = gb.input("mask", DType::kF32, {s, s});
+  gb.output("o", gb.attention(q, k, v, causal ? Tensor{} : mask, causal));
+  return *gb.build();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text form and build errors.
+
+TEST(GraphText, PrintParsePrintIsStable) {
+  for (const Graph& g : {layernorm_graph(), softmax_graph(), gelu_mlp_graph(),
+                         attention_graph(false), attention_graph(true)}) {
+    std::string text = g.to_string();
+    auto parsed = parse_graph(text);
+    ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string() << "\n" << text;
+    EXPECT_EQ(parsed->to_string(), text);
+    auto exe = Executable::compile(*parsed);
+    ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+    std::string opt = (*exe)->optimized().to_string();
+    auto reparsed = parse_graph(opt);
+    ASSERT_TRUE(reparsed.is_ok()) << reparsed.status().to_string() << "\n" << opt;
+    EXPECT_EQ(reparsed->to_string(), opt);
+  }
+}
+
+TEST(GraphText, ParseRejectsWrongTypes) {
+  const char* text = R"(graph g symbols(s0 in [1, 100]) {
+  %0 = input {name="x"} : f32[s0, 4]
+  %1 = unary.exp(%0) : f32[s0, 5]
+  return y=%1
+})";
+  auto g = parse_graph(text);
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_NE(g.status().message().find("line 3"), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("f32[s0, 5]"), std::string::npos);
+  EXPECT_FALSE(parse_graph("graph g {\n  %0 = nosuchop : f32[]\n  return y=%0\n}").is_ok());
+  EXPECT_FALSE(parse_graph("graph g {\n  %1 = input {name=\"x\"} : f32[]\n}").is_ok());
+}
+
+TEST(GraphBuild, BroadcastOfUnrelatedSymbolsIsAnError) {
+  GraphBuilder gb("bad");
+  SymExpr a = gb.symbol("A"), b = gb.symbol("B");
+  Tensor x = gb.input("x", DType::kF32, {a, 4});
+  Tensor y = gb.input("y", DType::kF32, {b, 4});
+  gb.output("z", gb.add(x, y));
+  auto g = gb.build();
+  ASSERT_FALSE(g.is_ok());
+  std::string m = g.status().message();
+  EXPECT_NE(m.find("bad: binary"), std::string::npos) << m;
+  EXPECT_NE(m.find("[A, 4]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[B, 4]"), std::string::npos) << m;
+}
+
+TEST(GraphBuild, SymbolicDimsDeduce) {
+  GraphBuilder gb("deduce");
+  SymExpr b = gb.symbol("B"), s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {b, s, 64});
+  Tensor flat = gb.reshape(x, {-1, 64});
+  EXPECT_EQ(gb.shape(flat)[0], b * s);
+  Tensor heads = gb.reshape(flat, {b, s, 4, 16});
+  Tensor t = gb.permute(heads, {0, 2, 1, 3});
+  EXPECT_EQ(to_string(gb.shape(t)), "[B, 4, S, 16]");
+  Tensor sl = gb.slice(x, 1, 1, kSymMax);
+  EXPECT_EQ(gb.shape(sl)[1], s - 1);
+  Tensor cat = gb.concat({x, x}, 1);
+  EXPECT_EQ(gb.shape(cat)[1], s * 2);
+  auto parts = gb.split(cat, {s, s}, 1);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(gb.shape(parts[1])[1], s);
+  Tensor mm = gb.matmul(x, x, false, true);
+  EXPECT_EQ(to_string(gb.shape(mm)), "[B, S, S]");
+  gb.output("y", mm);
+  ASSERT_TRUE(gb.build().is_ok());
+}
+
+TEST(GraphBuild, MatmulContractionMismatch) {
+  GraphBuilder gb("mm");
+  Tensor a = gb.input("a", DType::kF32, {4, 8});
+  Tensor b = gb.input("b", DType::kF32, {9, 4});
+  gb.output("c", gb.matmul(a, b));
+  auto g = gb.build();
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_NE(g.status().message().find("contraction"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Passes.
+
+int count_ops(const Graph& g, const std::string& needle) {
+  std::string t = g.to_string();
+  int n = 0;
+  for (size_t p = t.find(needle); p != std::string::npos; p = t.find(needle, p + 1)) ++n;
+  return n;
+}
+
+TEST(Passes, CseDceFoldAndCanonicalize) {
+  GraphBuilder gb("passes");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 8});
+  Tensor e1 = gb.unary(UnaryOp::kExp, x);
+  Tensor e2 = gb.unary(UnaryOp::kExp, x);                    // CSE with e1
+  Tensor five = gb.add(gb.constant(2.0), gb.constant(3.0));  // folds to 5
+  Tensor y = gb.mul(gb.add(e1, e2), five);
+  y = gb.mul(y, gb.constant(1.0));              // x * 1 = x
+  y = gb.reshape(gb.reshape(y, {-1}), {s, 8});  // reshape chain = identity
+  gb.unary(UnaryOp::kLog, x);                   // dead
+  gb.output("y", y);
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  const Graph& opt = (*exe)->optimized();
+  EXPECT_EQ(count_ops(opt, "unary.exp"), 1) << opt.to_string();
+  EXPECT_EQ(count_ops(opt, "unary.log"), 0) << opt.to_string();
+  EXPECT_EQ(count_ops(opt, "reshape"), 0) << opt.to_string();
+  EXPECT_EQ(count_ops(opt, "value=5"), 1) << opt.to_string();
+  EXPECT_EQ(count_ops(opt, "binary.mul"), 1) << opt.to_string();
+  std::mt19937 rng(1);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {3, 8}, rng)};
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t i = 0; i < in[0].numel(); ++i) {
+    EXPECT_NEAR((*out)[0].at(i), 10 * std::exp(in[0].at(i)), 1e-4 * std::exp(in[0].at(i)));
+  }
+}
+
+TEST(Passes, DecomposeLeavesNoComposites) {
+  auto exe = Executable::compile(attention_graph(true));
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  std::string t = (*exe)->optimized().to_string();
+  for (const char* c : {"attention", "softmax", "layer_norm", "linear"}) {
+    EXPECT_EQ(t.find(std::string(" = ") + c), std::string::npos) << c << "\n" << t;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fusion patterns: kernel kinds and counts (the golden structure), and numerics.
+
+struct Pattern {
+  const char* name;
+  Graph (*build)();
+  const char* kinds;
+};
+
+Graph rmsnorm_graph() {
+  GraphBuilder gb("rmsnorm");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 48});
+  Tensor w = gb.input("w", DType::kF32, {48});
+  gb.output("y", gb.rms_norm(x, w, 1e-6));
+  return *gb.build();
+}
+
+Graph residual_layernorm_graph() {
+  GraphBuilder gb("residual_layernorm");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 64});
+  Tensor r = gb.input("r", DType::kF32, {s, 64});
+  Tensor w = gb.input("w", DType::kF32, {64});
+  Tensor b = gb.input("b", DType::kF32, {64});
+  gb.output("y", gb.layer_norm(gb.add(x, r), w, b));
+  return *gb.build();
+}
+
+Graph swiglu_mlp_graph() {
+  GraphBuilder gb("swiglu_mlp");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 32});
+  Tensor wg = gb.input("wg", DType::kF32, {48, 32});
+  Tensor wu = gb.input("wu", DType::kF32, {48, 32});
+  Tensor wd = gb.input("wd", DType::kF32, {32, 48});
+  gb.output("y", gb.linear(gb.swiglu(gb.linear(x, wg), gb.linear(x, wu)), wd));
+  return *gb.build();
+}
+
+Graph cross_entropy_graph() {
+  GraphBuilder gb("cross_entropy");
+  SymExpr n = gb.symbol("N");
+  Tensor logits = gb.input("logits", DType::kF32, {n, 10});
+  Tensor t = gb.input("t", DType::kI64, {n});
+  gb.output("loss", gb.cross_entropy(logits, t));
+  return *gb.build();
+}
+
+Graph attention_masked() {
+  return attention_graph(false);
+}
+Graph attention_causal() {
+  return attention_graph(true);
+}
+
+const Pattern kPatterns[] = {
+    {"layernorm", layernorm_graph, "vector"},
+    {"softmax", softmax_graph, "vector"},
+    {"rmsnorm", rmsnorm_graph, "vector"},
+    {"residual_layernorm", residual_layernorm_graph, "vector"},
+    {"gelu_mlp", gelu_mlp_graph, "mix,mix"},
+    {"swiglu_mlp", swiglu_mlp_graph, "cube,mix,cube"},
+    {"attention", attention_masked, "mix,cube"},
+    {"causal_attention", attention_causal, "native,native,vector,mix,cube"},
+    {"cross_entropy", cross_entropy_graph, "native,vector,vector"},
+};
+
+TEST(Fusion, PatternsFuseAsDesigned) {
+  for (const Pattern& p : kPatterns) {
+    auto exe = compile_or_die(p.build());
+    ASSERT_TRUE(exe);
+    EXPECT_EQ(kinds(*exe), p.kinds) << p.name << "\n" << exe->fusion_report();
+  }
+}
+
+TEST(Fusion, ReportSaysWhyKernelsStart) {
+  auto exe = compile_or_die(gelu_mlp_graph());
+  ASSERT_TRUE(exe);
+  std::string r = exe->fusion_report();
+  EXPECT_NE(r.find("a matmul reads its operands from memory"), std::string::npos) << r;
+}
+
+std::vector<HostTensor> inputs_for(const char* name, int64_t s, std::mt19937& rng) {
+  std::string n = name;
+  auto f = [&](std::vector<int64_t> shape) { return random_host(DType::kF32, shape, rng); };
+  if (n == "layernorm") return {f({s, 64}), f({64}), f({64})};
+  if (n == "softmax") return {f({3, s})};
+  if (n == "rmsnorm") return {f({s, 48}), f({48})};
+  if (n == "residual_layernorm") return {f({s, 64}), f({s, 64}), f({64}), f({64})};
+  if (n == "gelu_mlp") return {f({s, 32}), f({64, 32}), f({64}), f({32, 64}), f({32})};
+  if (n == "swiglu_mlp") return {f({s, 32}), f({48, 32}), f({48, 32}), f({32, 48})};
+  if (n == "attention" || n == "causal_attention") {
+    return {f({2, s, 16}), f({2, s, 16}), f({2, s, 16}), f({s, s})};
+  }
+  if (n == "cross_entropy") {
+    HostTensor t = host(DType::kI64, {s});
+    for (int64_t i = 0; i < s; ++i) t.set(i, (i * 7) % 10);
+    return {f({s, 10}), t};
+  }
+  return {};
+}
+
+TEST(Fusion, FusedMatchesUnfusedOnManyBindings) {
+  std::mt19937 rng(7);
+  for (const Pattern& p : kPatterns) {
+    for (int64_t s : {1, 2, 5, 17, 64, 130}) {
+      SCOPED_TRACE(std::string(p.name) + " S=" + std::to_string(s));
+      std::vector<HostTensor> in = inputs_for(p.name, s, rng);
+      expect_fused_matches_unfused(p.build(), in, 5e-5);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numerics against hand-written references (catch decomposition errors that fused and
+// unfused runs would share).
+
+TEST(Numerics, SoftmaxAndLayerNormAgainstScalarCode) {
+  std::mt19937 rng(3);
+  int64_t s = 37;
+  {
+    std::vector<HostTensor> in = {random_host(DType::kF32, {3, s}, rng, -20, 20)};
+    auto exe = compile_or_die(softmax_graph());
+    auto out = run_graph(*exe, in);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    for (int64_t r = 0; r < 3; ++r) {
+      double m = -1e30, sum = 0;
+      for (int64_t j = 0; j < s; ++j) m = std::max(m, in[0].at(r * s + j));
+      for (int64_t j = 0; j < s; ++j) sum += std::exp(in[0].at(r * s + j) - m);
+      for (int64_t j = 0; j < s; ++j) {
+        EXPECT_NEAR((*out)[0].at(r * s + j), std::exp(in[0].at(r * s + j) - m) / sum, 1e-6);
+      }
+    }
+  }
+  {
+    std::vector<HostTensor> in = inputs_for("layernorm", s, rng);
+    auto exe = compile_or_die(layernorm_graph());
+    auto out = run_graph(*exe, in);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    for (int64_t r = 0; r < s; ++r) {
+      double mean = 0, var = 0;
+      for (int j = 0; j < 64; ++j) mean += in[0].at(r * 64 + j) / 64;
+      for (int j = 0; j < 64; ++j) var += std::pow(in[0].at(r * 64 + j) - mean, 2) / 64;
+      for (int j = 0; j < 64; ++j) {
+        double want =
+            (in[0].at(r * 64 + j) - mean) / std::sqrt(var + 1e-5) * in[1].at(j) + in[2].at(j);
+        EXPECT_NEAR((*out)[0].at(r * 64 + j), want, 1e-4);
+      }
+    }
+  }
+}
+
+TEST(Numerics, CausalAttentionAndCrossEntropyAgainstScalarCode) {
+  std::mt19937 rng(4);
+  int64_t s = 9;
+  std::vector<HostTensor> in = inputs_for("causal_attention", s, rng);  // mask unused
+  auto exe = compile_or_die(attention_graph(true));
+  auto out = run_graph(*exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 0; i < s; ++i) {
+      std::vector<double> p(s, 0);
+      double m = -1e30, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        for (int e = 0; e < 16; ++e)
+          p[j] += in[0].at((b * s + i) * 16 + e) * in[1].at((b * s + j) * 16 + e) / 4.0;
+        m = std::max(m, p[j]);
+      }
+      for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - m));
+      for (int e = 0; e < 16; ++e) {
+        double want = 0;
+        for (int64_t j = 0; j <= i; ++j) want += p[j] / sum * in[2].at((b * s + j) * 16 + e);
+        EXPECT_NEAR((*out)[0].at((b * s + i) * 16 + e), want, 1e-4);
+      }
+    }
+  }
+  std::vector<HostTensor> ce = inputs_for("cross_entropy", 13, rng);
+  auto ce_exe = compile_or_die(cross_entropy_graph());
+  auto loss = run_graph(*ce_exe, ce);
+  ASSERT_TRUE(loss.is_ok()) << loss.status().to_string();
+  double want = 0;
+  for (int64_t i = 0; i < 13; ++i) {
+    double m = -1e30, sum = 0;
+    for (int c = 0; c < 10; ++c) m = std::max(m, ce[0].at(i * 10 + c));
+    for (int c = 0; c < 10; ++c) sum += std::exp(ce[0].at(i * 10 + c) - m);
+    want += (std::log(sum) + m - ce[0].at(i * 10 + ce[1].at(i))) / 13;
+  }
+  EXPECT_NEAR((*loss)[0].at(0), want, 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One executable, many bindings; statistics; memory.
+
+TEST(Executable, HundredBindingsInRandomOrder) {
+  Graph g = gelu_mlp_graph();
+  auto fused = compile_or_die(g, true);
+  auto unfused = compile_or_die(g, false);
+  std::vector<int64_t> sizes(100);
+  std::iota(sizes.begin(), sizes.end(), 1);
+  std::mt19937 rng(11);
+  std::shuffle(sizes.begin(), sizes.end(), rng);
+  sizes.insert(sizes.end(), sizes.begin(), sizes.begin() + 20);  // repeats hit the caches
+  int hits = 0;
+  for (int64_t s : sizes) {
+    std::vector<HostTensor> in = inputs_for("gelu_mlp", s, rng);
+    GraphRunStats st;
+    auto a = run_graph(*fused, in, &st);
+    auto b = run_graph(*unfused, in);
+    ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().to_string() << b.status().to_string();
+    expect_close((*a)[0], (*b)[0], 5e-5, "S=" + std::to_string(s));
+    EXPECT_EQ(st.kernels_launched, 2);
+    hits += st.cache_hits;
+  }
+  EXPECT_EQ(hits, 40);  // the 20 repeated bindings, 2 kernels each
+}
+
+TEST(Executable, FusedPeakMemoryIsNoHigherThanUnfused) {
+  for (const Pattern& p : kPatterns) {
+    auto fused = compile_or_die(p.build(), true);
+    auto unfused = compile_or_die(p.build(), false);
+    for (int64_t s : {1, 100}) {
+      SymBindings b;
+      for (const char* sym : {"S", "B", "N"}) b[sym] = s;
+      auto pf = fused->peak_bytes(b);
+      auto pu = unfused->peak_bytes(b);
+      ASSERT_TRUE(pf.is_ok() && pu.is_ok()) << p.name;
+      EXPECT_LE(*pf, *pu) << p.name << " S=" << s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input.
+
+TEST(Executable, BadInputsAreStatusErrors) {
+  auto exe = compile_or_die(residual_layernorm_graph());
+  std::mt19937 rng(5);
+  std::vector<HostTensor> in = inputs_for("residual_layernorm", 4, rng);
+  in[1] = random_host(DType::kF32, {5, 64}, rng);  // S contradicts input 0
+  auto r = run_graph(*exe, in);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("'r'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("dim 0"), std::string::npos) << r.status().message();
+  in = inputs_for("residual_layernorm", 4, rng);
+  in[0] = random_host(DType::kF32, {4, 64, 1}, rng);
+  r = run_graph(*exe, in);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("rank"), std::string::npos) << r.status().message();
+  in = inputs_for("residual_layernorm", 4, rng);
+  in[2] = random_host(DType::kI32, {64}, rng);
+  r = run_graph(*exe, in);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("dtype"), std::string::npos) << r.status().message();
+  in.pop_back();
+  EXPECT_FALSE(run_graph(*exe, in).is_ok());
+}
+
+TEST(Executable, OutOfRangeIndexIsAnError) {
+  GraphBuilder gb("emb");
+  SymExpr s = gb.symbol("S");
+  Tensor w = gb.input("w", DType::kF32, {10, 4});
+  Tensor ids = gb.input("ids", DType::kI64, {s});
+  gb.output("e", gb.embedding(w, ids));
+  auto exe = compile_or_die(*gb.build());
+  std::mt19937 rng(2);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {10, 4}, rng), host(DType::kI64, {3})};
+  in[1].set(0, 9);
+  in[1].set(1, 0);
+  in[1].set(2, 4);
+  auto ok = run_graph(*exe, in);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  for (int j = 0; j < 4; ++j) EXPECT_EQ((*ok)[0].at(2 * 4 + j), in[0].at(4 * 4 + j));
+  in[1].set(1, 10);
+  auto bad = run_graph(*exe, in);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("index 10 out of range"), std::string::npos)
+      << bad.status().message();
+}
+
+TEST(Executable, NanAndInfPropagate) {
+  auto exe = compile_or_die(softmax_graph());
+  std::vector<HostTensor> in = {host(DType::kF32, {2, 3})};
+  double vals[] = {1, std::numeric_limits<double>::quiet_NaN(), 2,
+                   0, std::numeric_limits<double>::infinity(),  1};
+  for (int i = 0; i < 6; ++i) in[0].set(i, vals[i]);
+  auto out = run_graph(*exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan((*out)[0].at(i))) << i;
+  EXPECT_TRUE(std::isnan((*out)[0].at(4)));  // inf - inf
+}
+
+TEST(Executable, OutputsThatAreInputsOrViewsAreCopied) {
+  GraphBuilder gb("views");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 6});
+  gb.output("same", x);
+  gb.output("t", gb.transpose(x, 0, 1));
+  gb.output("sl", gb.slice(x, 1, 2, 5));
+  Tensor e = gb.unary(UnaryOp::kExp, x);
+  gb.output("e", e);
+  gb.output("e2", e);
+  auto exe = compile_or_die(*gb.build());
+  std::mt19937 rng(9);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {4, 6}, rng)};
+  auto out = run_graph(*exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 6; ++j) {
+      double v = in[0].at(i * 6 + j);
+      EXPECT_EQ((*out)[0].at(i * 6 + j), v);
+      EXPECT_EQ((*out)[1].at(j * 4 + i), v);
+      if (j >= 2 && j < 5) {
+        EXPECT_EQ((*out)[2].at(i * 3 + j - 2), v);
+      }
+      EXPECT_EQ((*out)[3].at(i * 6 + j), (*out)[4].at(i * 6 + j));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dvm::testing
