@@ -120,6 +120,17 @@ def test_torch_errors():
     torch.testing.assert_close(y, x * 2 + b)
     with pytest.raises(dvm.DvmError, match=r"output 'y' has shape \[3, 2\]"):
         ck.run([torch.randn(2, 3), b], [torch.empty(3, 2)])
+    with pytest.raises(dvm.DvmError, match="input 0 .'x'. is on device 'meta'"):
+        ck(torch.empty(2, 3, device="meta"), b)
+
+
+def test_parameters_and_empty_tensors():
+    ck = scale_add_kernel(F32)
+    w = torch.nn.Parameter(torch.randn(4, 5))
+    b = torch.nn.Parameter(torch.randn(5))
+    torch.testing.assert_close(ck(w, b), (w * 2 + b).detach())
+    y = ck(torch.empty(0, 5), torch.randn(5))
+    assert y.shape == (0, 5)
 
 
 def test_concurrent_calls_with_torch_threads():
