@@ -357,6 +357,45 @@ constexpr int kNumSyms = 3;
 const char* const kSymNames[kNumSyms] = {"a", "b", "c"};
 const SymRange kSymRanges[kNumSyms] = {{0, 6}, {-3, 4}, {1, 5}};
 
+std::unique_ptr<Tree> clone(const Tree& t) {
+  auto c = std::make_unique<Tree>();
+  c->op = t.op;
+  c->value = t.value;
+  c->sym = t.sym;
+  if (t.l) c->l = clone(*t.l);
+  if (t.r) c->r = clone(*t.r);
+  return c;
+}
+
+std::unique_ptr<Tree> node(Tree::Op op, std::unique_ptr<Tree> l, std::unique_ptr<Tree> r) {
+  auto t = std::make_unique<Tree>();
+  t->op = op;
+  t->l = std::move(l);
+  t->r = std::move(r);
+  return t;
+}
+
+std::unique_ptr<Tree> constant(int64_t v) {
+  auto t = std::make_unique<Tree>();
+  t->value = v;
+  return t;
+}
+
+std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth);
+
+// k*d*(x//d) + k*(x % d') (+ y): d' == d mostly, so that the pair recombines into k*x.
+std::unique_ptr<Tree> div_mod_pair(std::mt19937_64& rng, int depth) {
+  const int64_t d = static_cast<int64_t>(rng() % 5) + 2;
+  const int64_t k = static_cast<int64_t>(rng() % 5) - 2;
+  const int64_t d2 = rng() % 4 == 0 ? d + 1 : d;
+  auto x = random_tree(rng, depth - 1);
+  auto div = node(Tree::kMul, node(Tree::kDiv, clone(*x), constant(d)), constant(k * d));
+  auto md = node(Tree::kMul, node(Tree::kMod, std::move(x), constant(d2)), constant(k));
+  auto sum = node(Tree::kAdd, std::move(div), std::move(md));
+  if (rng() % 2 == 0) return sum;
+  return node(Tree::kSub, random_tree(rng, depth - 1), std::move(sum));
+}
+
 std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
   auto t = std::make_unique<Tree>();
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
@@ -370,6 +409,7 @@ std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
     }
     return t;
   }
+  if (pick(12) == 0) return div_mod_pair(rng, depth);
   static const Tree::Op kOps[] = {Tree::kAdd, Tree::kAdd, Tree::kAdd, Tree::kSub, Tree::kSub,
                                   Tree::kMul, Tree::kMul, Tree::kDiv, Tree::kDiv, Tree::kDiv,
                                   Tree::kMod, Tree::kMod, Tree::kMod, Tree::kMin, Tree::kMax};
@@ -491,6 +531,9 @@ TEST(SymProperty, CanonicalFormMatchesBruteForce) {
   std::mt19937_64 rng(20240611);
   const std::map<std::string, SymRange, std::less<>> ranges = {
       {"a", kSymRanges[0]}, {"b", kSymRanges[1]}, {"c", kSymRanges[2]}};
+  const auto rules = shape::sym_rules();
+  std::vector<uint64_t> hits_before(rules.size());
+  for (size_t k = 0; k < rules.size(); ++k) hits_before[k] = shape::sym_rule_hits(k);
   constexpr int kExprs = 4000;
   constexpr int kBindings = 48;
   int compared = 0, shrunk = 0;
@@ -528,6 +571,12 @@ TEST(SymProperty, CanonicalFormMatchesBruteForce) {
           << printed << " = " << *got << " outside its range [" << r.lo << ", " << r.hi << "]";
       ++compared;
     }
+  }
+  // Every rule's soundness was checked against brute force, not only its example.
+  for (size_t k = 0; k < rules.size(); ++k) {
+    const uint64_t hits = shape::sym_rule_hits(k) - hits_before[k];
+    std::printf("  %-24s %6llu\n", rules[k].name, static_cast<unsigned long long>(hits));
+    EXPECT_GT(hits, 0u) << rules[k].name << " never fired on random expressions";
   }
   EXPECT_GT(compared, kExprs * kBindings / 2);
   EXPECT_GT(shrunk, kExprs / 4);  // the simplifier does simplify

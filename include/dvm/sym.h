@@ -4,6 +4,10 @@
 // returns the canonical simplified form, so expressions that the simplifier proves equal
 // compare equal with ==: `s0*s1 == s1*s0`, `(s0*4)//2 == s0*2`. Equality is structural on the
 // canonical form: `a == b` true means equal for every binding; false means "not proven".
+// "Every binding" means every binding within the symbols' ranges where the expression as
+// written is defined: simplification may drop a division by zero (`s0*s1//s1 == s0`), never
+// add one. A sum or product whose canonical coefficients would overflow int64 is kept as
+// written (evaluate() then reports the overflow). The rules: src/shape/sym_rules.cc.
 //
 // Symbols are identified by name and carry a range [lo, hi] of the values they may take
 // (default [0, kSymMax]); the simplifier uses ranges (e.g. `s0 // 1024 == 0` when s0 < 1024)
@@ -42,6 +46,7 @@ class SymExpr {
  public:
   SymExpr();                   // the constant 0
   SymExpr(int64_t constant);   // NOLINT: implicit, so shapes read {s0, 768}
+  // `name` must be an identifier and range.lo <= range.hi (DVM_CHECKed).
   static SymExpr symbol(std::string_view name, SymRange range = {});
 
   bool is_constant() const;
