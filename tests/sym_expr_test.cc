@@ -109,6 +109,8 @@ const RuleExample kRuleExamples[] = {
     {"mod_range_point", "(x - 4) % 4", "x"},
     {"poly_div_mod_recombine", "4*(s0//4) + s0 % 4", "s0"},
     {"poly_div_mod_recombine", "s1 + 3*(s0 % 8) + 24*(s0//8)", "3*s0 + s1"},
+    {"poly_div_mod_recombine", "(s0//s1)*s1 + s0 % s1", "s0"},
+    {"poly_div_mod_recombine", "2*(s0 % (3*s1)) + 6*s1*(s0//(3*s1)) + 1", "2*s0 + 1"},
     {"min_fold", "min(3, 5)", "3"},
     {"min_same", "min(s0, s0)", "s0"},
     {"min_by_range", "min(x, 10)", "x"},
@@ -389,8 +391,16 @@ std::unique_ptr<Tree> div_mod_pair(std::mt19937_64& rng, int depth) {
   const int64_t k = static_cast<int64_t>(rng() % 5) - 2;
   const int64_t d2 = rng() % 4 == 0 ? d + 1 : d;
   auto x = random_tree(rng, depth - 1);
-  auto div = node(Tree::kMul, node(Tree::kDiv, clone(*x), constant(d)), constant(k * d));
-  auto md = node(Tree::kMul, node(Tree::kMod, std::move(x), constant(d2)), constant(k));
+  std::unique_ptr<Tree> div, md;
+  if (rng() % 3 == 0) {  // a symbolic divisor y: k*y*(x//y) + k*(x % y)
+    auto y = random_tree(rng, 1);
+    div = node(Tree::kMul, node(Tree::kMul, node(Tree::kDiv, clone(*x), clone(*y)), clone(*y)),
+               constant(k));
+    md = node(Tree::kMul, node(Tree::kMod, std::move(x), std::move(y)), constant(k));
+  } else {
+    div = node(Tree::kMul, node(Tree::kDiv, clone(*x), constant(d)), constant(k * d));
+    md = node(Tree::kMul, node(Tree::kMod, std::move(x), constant(d2)), constant(k));
+  }
   auto sum = node(Tree::kAdd, std::move(div), std::move(md));
   if (rng() % 2 == 0) return sum;
   return node(Tree::kSub, random_tree(rng, depth - 1), std::move(sum));

@@ -251,21 +251,40 @@ Opt mod_range_point(const SymExpr& a, const SymExpr& b) {
 
 // ---- polynomials ----------------------------------------------------------------------------
 
-// The term k*x%d (alone in its monomial) whose partner k*d*(x//d) is also in `v`: index pair.
+// True when `g` is the monomial `m` times the atom floordiv(args[0], args[1]) (multisets of
+// sorted factors).
+bool is_monomial_times_div(std::span<const SymExpr> g, std::span<const SymExpr> m,
+                           const std::vector<SymExpr>& args) {
+  if (g.size() != m.size() + 1) return false;
+  size_t k = 0;
+  bool skipped = false;
+  for (const SymExpr& f : g) {
+    if (!skipped && f.node().kind == SymKind::kFloorDiv && f.node().args == args) {
+      skipped = true;
+    } else if (k == m.size() || f != m[k++]) {
+      return false;
+    }
+  }
+  return skipped;
+}
+
+// The term k*(x % y), alone in its monomial, whose partner k*y*(x//y) is also in `v`, where
+// y is a constant or c*monomial: the index pair.
 std::optional<std::pair<size_t, size_t>> find_div_mod_pair(const PolyView& v) {
   for (size_t i = 0; i < v.size(); ++i) {
     const auto f = v.factors(i);
     if (f.size() != 1 || f[0].node().kind != SymKind::kMod) continue;
-    const SymNode& m = f[0].node();
-    int64_t kd = 0;
-    if (!m.args[1].is_constant() ||
-        __builtin_mul_overflow(v.coeff(i), m.args[1].constant_value(), &kd)) {
-      continue;
-    }
+    const SymExpr& y = f[0].node().args[1];
+    const PolyView vy(y);
+    if (vy.size() > 1 || (vy.size() == 1 && vy.constant() != 0)) continue;
+    const int64_t c = vy.size() == 0 ? vy.constant() : vy.coeff(0);
+    const auto m = vy.size() == 0 ? std::span<const SymExpr>() : vy.factors(0);
+    int64_t kc = 0;
+    if (__builtin_mul_overflow(v.coeff(i), c, &kc)) continue;
     for (size_t j = 0; j < v.size(); ++j) {
-      const auto g = v.factors(j);
-      if (v.coeff(j) != kd || g.size() != 1 || g[0].node().kind != SymKind::kFloorDiv) continue;
-      if (g[0].node().args == m.args) return std::pair{i, j};
+      if (v.coeff(j) == kc && is_monomial_times_div(v.factors(j), m, f[0].node().args)) {
+        return std::pair{i, j};
+      }
     }
   }
   return std::nullopt;
@@ -396,7 +415,9 @@ constexpr SymRule kRules[] = {
      mod_range_point},
     // polynomials
     {K::kPoly, "poly_div_mod_recombine",
-     "k*d*(x//d) + k*(x%d) + R = k*x + R for d != 0: x = d*(x//d) + x%d", poly_div_mod_recombine},
+     "k*y*(x//y) + k*(x%y) + R = k*x + R where defined, y a constant or c*monomial: "
+     "x = y*(x//y) + x%y",
+     poly_div_mod_recombine},
     // min
     {K::kMin, "min_fold", "min(c, d) = the smaller constant", min_fold},
     {K::kMin, "min_same", "min(x, x) = x", same},
