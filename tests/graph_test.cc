@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "dvm/models.h"
 #include "graph_test_util.h"
 
 namespace dvm::testing {
@@ -534,6 +535,42 @@ TEST(Executable, OutputsThatAreInputsOrViewsAreCopied) {
         EXPECT_EQ((*out)[2].at(i * 3 + j - 2), v);
       }
       EXPECT_EQ((*out)[3].at(i * 6 + j), (*out)[4].at(i * 6 + j));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dvm::testing
+
+namespace dvm::testing {
+namespace {
+
+std::vector<HostTensor> transformer_inputs(const models::TransformerConfig& c, int64_t b, int64_t s,
+                                           std::mt19937& rng) {
+  std::vector<HostTensor> in;
+  for (const auto& shape : models::transformer_layer_input_shapes(c, b, s)) {
+    in.push_back(random_host(DType::kF32, shape, rng, -0.5, 0.5));
+  }
+  return in;
+}
+
+TEST(Models, TransformerLayersFusedMatchUnfused) {
+  std::mt19937 rng(21);
+  for (bool gpt : {false, true}) {
+    models::TransformerConfig c;
+    c.hidden = 64;
+    c.heads = 4;
+    c.ffn = 128;
+    c.causal = gpt;
+    c.pre_norm = gpt;
+    auto g = models::transformer_layer(c, gpt ? "gpt_layer" : "bert_layer");
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    auto fused = compile_or_die(*g, true);
+    ASSERT_TRUE(fused);
+    EXPECT_LE(fused->num_kernels(), gpt ? 12 : 8) << fused->fusion_report();
+    for (auto [b, s] : {std::pair<int64_t, int64_t>{1, 1}, {2, 7}, {1, 33}, {3, 16}}) {
+      SCOPED_TRACE((gpt ? "gpt B=" : "bert B=") + std::to_string(b) + " S=" + std::to_string(s));
+      expect_fused_matches_unfused(*g, transformer_inputs(c, b, s, rng), 1e-4);
     }
   }
 }

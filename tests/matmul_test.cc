@@ -244,6 +244,25 @@ TEST(MatMul, ReductionsOfMatmulOutputs) {
       EXPECT_EQ(st.programs, 1);
     }
   }
+  // Layernorm of a residual + x @ W^T: two row reductions in the tile. Rows of 64 to 768 must
+  // stay whole even when few rows would leave threads idle (a halved row was a bug).
+  for (int64_t width : {64, 96, 768}) {
+    KernelBuilder kb("mm_layernorm");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {S, width});
+    Value w = kb.load("w", DType::kF32, {width, width});
+    Value y = kb.add(x, kb.matmul(x, w, false, true));
+    Value d = kb.sub(y, kb.mean(y, {1}, true));
+    Value var = kb.mean(kb.mul(d, d), {1}, true);
+    kb.store("o", kb.mul(d, kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, var, 1e-5))));
+    Kernel k = kb.build().value();
+    for (int64_t n : {1, 5, 33}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {n, width}, rng),
+                                make_buffer(DType::kF32, {width, width}, rng)};
+      expect_matches_reference(k, in, Tolerance{1e-4, 1e-4}, {},
+                               "width " + std::to_string(width) + " rows " + std::to_string(n));
+    }
+  }
   // A column sum of x @ W cannot share the tile: the product is computed once, then reduced.
   {
     KernelBuilder kb("mm_colsum");

@@ -130,7 +130,7 @@ void choose_matmul_tiling(Layout* L, int threads) {
   while (grid_size(*L, chunk) < 2 * threads) {
     if (chunk[L->row] >= 32) {
       chunk[L->row] = (chunk[L->row] + 1) / 2;
-    } else if (chunk[L->col] >= 64) {
+    } else if (chunk[L->col] >= 64 && !L->axes[L->col].reduced) {  // whole rows stay whole
       chunk[L->col] = round16(chunk[L->col] / 2);
     } else {
       break;

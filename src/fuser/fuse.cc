@@ -41,6 +41,19 @@ bool is_one(const SymExpr& d) {
   return d.is_constant() && d.constant_value() == 1;
 }
 
+// True when `to` is `from` with each dim split into consecutive dims (size-1 dims may appear
+// or vanish anywhere): such a reshape is a strided view of any layout.
+bool splits_only(const SymShape& from, const SymShape& to) {
+  SymShape a = drop_ones(from), b = drop_ones(to);
+  size_t j = 0;
+  for (const SymExpr& d : a) {
+    SymExpr prod(1);
+    while (j < b.size() && !(prod == d)) prod = prod * b[j++];
+    if (!(prod == d)) return false;
+  }
+  return j == b.size();
+}
+
 class Fuser {
  public:
   Fuser(const GraphDef& g, const FuseOptions& opt) : g_(g), opt_(opt) {}
@@ -87,9 +100,11 @@ void Fuser::classify() {
       plan_.role[i] = Role::kView;
       if (plan_.role[nd.inputs[0]] == Role::kScalar) plan_.role[i] = Role::kCompute;
     }
-    // A reshape of a permuted, sliced or broadcast view is not a strided view in general:
-    // materialise the view it reads (a copy kernel) so the reshape applies to contiguous data.
-    if (nd.op == GraphOp::kReshape && plan_.role[i] == Role::kView) {
+    // A reshape of a permuted, sliced or broadcast view is not a strided view in general
+    // (merging dims needs them contiguous): materialise the view it reads (a copy kernel) so
+    // the reshape applies to contiguous data. Reshapes that only split dims are always views.
+    if (nd.op == GraphOp::kReshape && plan_.role[i] == Role::kView &&
+        !splits_only(node(nd.inputs[0]).shape, nd.shape)) {
       int src = nd.inputs[0];
       for (int v = src; plan_.role[v] == Role::kView; v = node(v).inputs[0]) {
         if (node(v).op != GraphOp::kReshape) {
