@@ -357,7 +357,20 @@ struct Tree {
 
 constexpr int kNumSyms = 3;
 const char* const kSymNames[kNumSyms] = {"a", "b", "c"};
-const SymRange kSymRanges[kNumSyms] = {{0, 6}, {-3, 4}, {1, 5}};
+
+// What random expressions are made of: the symbols' ranges and the constants.
+struct Universe {
+  SymRange ranges[kNumSyms];
+  std::vector<int64_t> constants;
+};
+
+const Universe kSmall = {{{0, 6}, {-3, 4}, {1, 5}}, {-4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8}};
+// Near the int64 limits: unbounded symbols, constants that overflow when combined.
+const Universe kLimits = {
+    {{-(int64_t{1} << 62), int64_t{1} << 62}, {0, kSymMax}, {INT64_MIN, INT64_MAX}},
+    {0, 1, -1, 2, 3, -5, int64_t{1} << 20, int64_t{1} << 62, -(int64_t{1} << 62), INT64_MAX,
+     INT64_MAX - 1, INT64_MIN}};
+const Universe* g_universe = &kSmall;
 
 std::unique_ptr<Tree> clone(const Tree& t) {
   auto c = std::make_unique<Tree>();
@@ -415,7 +428,8 @@ std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
       t->sym = pick(kNumSyms);
     } else {
       t->op = Tree::kConst;
-      t->value = pick(13) - 4;  // -4..8, zero included
+      const auto& cs = g_universe->constants;
+      t->value = cs[static_cast<size_t>(pick(static_cast<int>(cs.size())))];
     }
     return t;
   }
@@ -439,11 +453,13 @@ std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
 }
 
 // Python floor semantics, written independently of the library.
+// (128-bit, so that large operands do not overflow on the way.)
 int64_t py_mod(int64_t a, int64_t b) {
-  return ((a % b) + b) % b;
+  const __int128 w = b;
+  return static_cast<int64_t>(((a % w) + w) % w);
 }
 int64_t py_div(int64_t a, int64_t b) {
-  return (a - py_mod(a, b)) / b;
+  return static_cast<int64_t>((static_cast<__int128>(a) - py_mod(a, b)) / b);
 }
 
 // nullopt where the written expression is undefined (division by zero) or leaves int64.
@@ -464,7 +480,7 @@ std::optional<int64_t> brute(const Tree& t, const int64_t* v) {
       if (__builtin_mul_overflow(*x, *y, &out)) return std::nullopt;
       return out;
     case Tree::kDiv:
-      if (*y == 0) return std::nullopt;
+      if (*y == 0 || (*x == INT64_MIN && *y == -1)) return std::nullopt;
       return py_div(*x, *y);
     case Tree::kMod:
       if (*y == 0) return std::nullopt;
@@ -518,7 +534,7 @@ SymExpr build(const Tree& t) {
     case Tree::kConst:
       return t.value;
     case Tree::kSym:
-      return SymExpr::symbol(kSymNames[t.sym], kSymRanges[t.sym]);
+      return SymExpr::symbol(kSymNames[t.sym], g_universe->ranges[t.sym]);
     case Tree::kAdd:
       return build(*t.l) + build(*t.r);
     case Tree::kSub:
@@ -537,22 +553,45 @@ SymExpr build(const Tree& t) {
   return 0;
 }
 
-TEST(SymProperty, CanonicalFormMatchesBruteForce) {
-  std::mt19937_64 rng(20240611);
-  const std::map<std::string, SymRange, std::less<>> ranges = {
-      {"a", kSymRanges[0]}, {"b", kSymRanges[1]}, {"c", kSymRanges[2]}};
-  const auto rules = shape::sym_rules();
-  std::vector<uint64_t> hits_before(rules.size());
-  for (size_t k = 0; k < rules.size(); ++k) hits_before[k] = shape::sym_rule_hits(k);
-  constexpr int kExprs = 4000;
+// A value in `r`: its ends, small values, or uniform.
+int64_t sample(const SymRange& r, std::mt19937_64& rng) {
+  const uint64_t span = static_cast<uint64_t>(r.hi) - static_cast<uint64_t>(r.lo);
+  switch (rng() % 4) {
+    case 0:
+      return r.lo;
+    case 1:
+      return r.hi;
+    case 2:
+      return std::clamp<int64_t>(static_cast<int64_t>(rng() % 21) - 10, r.lo, r.hi);
+    default:
+      return static_cast<int64_t>(static_cast<uint64_t>(r.lo) +
+                                  (span == UINT64_MAX ? rng() : rng() % (span + 1)));
+  }
+}
+
+struct PropertyStats {
+  int compared = 0;
+  int shrunk = 0;
+  int overflowed = 0;
+};
+
+// Random expressions over `u`: the canonical form prints and parses back to itself, and on
+// random bindings evaluates to what the written expression evaluates to (where that is
+// defined), inside its range. With `allow_overflow`, the canonical form may report an int64
+// overflow where the written order of operations did not overflow (and vice versa).
+void check_random_expressions(const Universe& u, uint64_t seed, int count, bool allow_overflow,
+                              PropertyStats* stats) {
+  g_universe = &u;
+  std::mt19937_64 rng(seed);
+  std::map<std::string, SymRange, std::less<>> ranges;
+  for (int s = 0; s < kNumSyms; ++s) ranges[kSymNames[s]] = u.ranges[s];
   constexpr int kBindings = 48;
-  int compared = 0, shrunk = 0;
-  for (int i = 0; i < kExprs; ++i) {
+  for (int i = 0; i < count; ++i) {
     const auto tree = random_tree(rng, 1 + i % 5);
     const SymExpr e = build(*tree);
     const std::string written = tree_string(*tree);
     const std::string printed = e.to_string();
-    shrunk += printed.size() < written.size();
+    stats->shrunk += printed.size() < written.size();
     // The printed form parses back to the same canonical expression.
     auto back = parse_sym_expr(printed, ranges);
     ASSERT_TRUE(back.is_ok()) << written << " -> " << printed << ": " << back.status().to_string();
@@ -566,30 +605,49 @@ TEST(SymProperty, CanonicalFormMatchesBruteForce) {
       int64_t v[kNumSyms];
       SymBindings b;
       for (int s = 0; s < kNumSyms; ++s) {
-        const SymRange sr = kSymRanges[s];
-        v[s] = sr.lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(sr.hi - sr.lo + 1));
+        v[s] = sample(u.ranges[s], rng);
         b[kSymNames[s]] = v[s];
       }
       const auto want = brute(*tree, v);
       if (!want) continue;  // undefined as written: the canonical form may say anything
       const auto got = e.evaluate(b);
+      if (allow_overflow && !got.is_ok() && got.status().code() == StatusCode::kOutOfRange) {
+        ++stats->overflowed;
+        continue;
+      }
       ASSERT_TRUE(got.is_ok()) << written << " -> " << printed << " at a=" << v[0] << " b=" << v[1]
                                << " c=" << v[2] << ": " << got.status().to_string();
       ASSERT_EQ(*got, *want) << written << " -> " << printed << " at a=" << v[0] << " b=" << v[1]
                              << " c=" << v[2];
       ASSERT_TRUE(r.lo <= *got && *got <= r.hi)
           << printed << " = " << *got << " outside its range [" << r.lo << ", " << r.hi << "]";
-      ++compared;
+      ++stats->compared;
     }
   }
+}
+
+TEST(SymProperty, CanonicalFormMatchesBruteForce) {
+  const auto rules = shape::sym_rules();
+  std::vector<uint64_t> hits_before(rules.size());
+  for (size_t k = 0; k < rules.size(); ++k) hits_before[k] = shape::sym_rule_hits(k);
+  constexpr int kExprs = 4000;
+  PropertyStats stats;
+  check_random_expressions(kSmall, 20240611, kExprs, /*allow_overflow=*/false, &stats);
   // Every rule's soundness was checked against brute force, not only its example.
   for (size_t k = 0; k < rules.size(); ++k) {
     const uint64_t hits = shape::sym_rule_hits(k) - hits_before[k];
     std::printf("  %-24s %6llu\n", rules[k].name, static_cast<unsigned long long>(hits));
     EXPECT_GT(hits, 0u) << rules[k].name << " never fired on random expressions";
   }
-  EXPECT_GT(compared, kExprs * kBindings / 2);
-  EXPECT_GT(shrunk, kExprs / 4);  // the simplifier does simplify
+  EXPECT_GT(stats.compared, kExprs * 48 / 2);
+  EXPECT_GT(stats.shrunk, kExprs / 4);  // the simplifier does simplify
+}
+
+TEST(SymProperty, NearInt64Limits) {
+  PropertyStats stats;
+  check_random_expressions(kLimits, 7, 2000, /*allow_overflow=*/true, &stats);
+  std::printf("  compared %d, canonical form overflowed %d\n", stats.compared, stats.overflowed);
+  EXPECT_GT(stats.compared, 2000 * 48 / 4);
 }
 
 // ---- cost --------------------------------------------------------------------------------------
