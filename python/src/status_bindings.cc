@@ -9,11 +9,17 @@
 namespace dvm::python {
 
 std::string upper_snake(std::string_view camel) {
+  auto at = [&](size_t i) { return static_cast<unsigned char>(camel[i]); };
   std::string out;
   for (size_t i = 0; i < camel.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(camel[i]);
-    if (std::isupper(c) && i > 0) out.push_back('_');
-    out.push_back(static_cast<char>(std::toupper(c)));
+    // A word starts at a capital after a lower-case letter or digit ("GeluErf"), or at the
+    // last capital of an acronym followed by lower case ("HTTPServer"); "OK" stays one word.
+    bool starts_word =
+        i > 0 && std::isupper(at(i)) &&
+        (std::islower(at(i - 1)) || std::isdigit(at(i - 1)) ||
+         (std::isupper(at(i - 1)) && i + 1 < camel.size() && std::islower(at(i + 1))));
+    if (starts_word) out.push_back('_');
+    out.push_back(static_cast<char>(std::toupper(at(i))));
   }
   return out;
 }

@@ -17,7 +17,7 @@ def ops_def_entries(kind):
 
 
 def snake_upper(camel):
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).upper()
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", camel).upper()
 
 
 @pytest.mark.parametrize(
@@ -36,6 +36,19 @@ def test_op_enums_mirror_ops_def(enum, kind, name_fn):
     for (name, mnemonic), member in zip(entries, enum):
         assert member.name == snake_upper(name)
         assert name_fn(member) == mnemonic
+
+
+def test_status_codes():
+    assert [c.name for c in dvm.StatusCode] == [
+        "OK",
+        "INVALID_ARGUMENT",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "FAILED_PRECONDITION",
+        "INTERNAL",
+    ]
+    assert dvm.status_code_name(dvm.StatusCode.OUT_OF_RANGE) == "OutOfRange"
+    assert issubclass(dvm.DvmError, Exception)
 
 
 def test_op_enum_names():
