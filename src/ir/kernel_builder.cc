@@ -438,6 +438,18 @@ Value KernelBuilder::concat(std::vector<Value> xs, int axis) {
     }
     n.inputs.push_back(impl_->cast_to(v, t).id);
   }
+  // The concat dim: the sum when every part is constant; otherwise one of the symbolic parts
+  // stands for it (checks against symbols are deferred to bind time, where shapes are exact).
+  int64_t total = 0;
+  for (Value v : xs) {
+    const Dim& d = impl_->node(v).shape[axis];
+    if (d.is_symbol()) {
+      n.shape[axis] = d;
+      return impl_->add(std::move(n));
+    }
+    total += d.value();
+  }
+  n.shape[axis] = Dim(total);
   return impl_->add(std::move(n));
 }
 
