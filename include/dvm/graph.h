@@ -60,6 +60,13 @@ class Graph {
   int num_inputs() const;
   int num_outputs() const;
   int num_nodes() const;
+  // The signature: inputs and outputs in argument order.
+  std::vector<std::string> input_names() const;
+  std::vector<DType> input_dtypes() const;
+  std::vector<SymShape> input_shapes() const;
+  std::vector<std::string> output_names() const;
+  std::vector<DType> output_dtypes() const;
+  std::vector<SymShape> output_shapes() const;
   // The text form (parse_graph() reads it back):
   //   graph mlp(%0: f32[s0, 768], %1: f32[3072, 768]) symbols(s0 in [1, 4096]) {
   //     %2 = matmul(%0, %1) {ints=[0, 1]} : f32[s0, 3072]

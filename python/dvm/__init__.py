@@ -20,6 +20,20 @@ caller can cause raise ``dvm.DvmError``; ``e.code`` is a ``dvm.StatusCode``.
 
 from ._dvm import (
     MAX_RANK,
+    SLICE_END,
+    SYM_MAX,
+    Executable,
+    Graph,
+    GraphBuilder,
+    GraphCompileOptions,
+    GraphRunStats,
+    SymExpr,
+    Tensor,
+    models,
+    parse_graph,
+    parse_sym_expr,
+    sym_max,
+    sym_min,
     CompiledKernel,
     CompileOptions,
     CType,
@@ -48,11 +62,26 @@ from ._dvm import (
 )
 from ._arrays import dtype_of, empty, numpy_dtype, torch_dtype
 from ._call import compile
+from . import _graph  # noqa: F401  (installs Executable.__call__)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "MAX_RANK",
+    "SLICE_END",
+    "SYM_MAX",
+    "Executable",
+    "Graph",
+    "GraphBuilder",
+    "GraphCompileOptions",
+    "GraphRunStats",
+    "SymExpr",
+    "Tensor",
+    "models",
+    "parse_graph",
+    "parse_sym_expr",
+    "sym_max",
+    "sym_min",
     "BinaryOp",
     "CType",
     "CompileOptions",

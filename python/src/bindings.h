@@ -63,9 +63,21 @@ StatusOr<DType> dtype_from_dlpack(nb::dlpack::dtype t);
 // The upper-snake Python member name of a C++ table name: "GeluErf" -> "GELU_ERF".
 std::string upper_snake(std::string_view camel);
 
+// Arrays (numpy arrays, torch CPU tensors) of one call converted to TensorArgs over the same
+// memory; `keep` holds what the views point into until the call returns.
+struct ConvertedArrays {
+  std::vector<TensorArg> args;
+  std::shared_ptr<void> keep;
+};
+// `what` is "input" or "output" (outputs must be writable); names label errors.
+ConvertedArrays convert_arrays(nb::handle seq, const char* what,
+                               const std::vector<std::string>& names);
+
 void bind_status(nb::module_& m);
 void bind_dtype(nb::module_& m);
 void bind_kernel(nb::module_& m);
 void bind_runtime(nb::module_& m);
+void bind_sym(nb::module_& m);
+void bind_graph(nb::module_& m);
 
 }  // namespace dvm::python

@@ -7,4 +7,6 @@ NB_MODULE(_dvm, m) {
   dvm::python::bind_dtype(m);
   dvm::python::bind_kernel(m);
   dvm::python::bind_runtime(m);
+  dvm::python::bind_sym(m);
+  dvm::python::bind_graph(m);
 }

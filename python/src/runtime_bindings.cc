@@ -257,6 +257,24 @@ std::string stats_repr(const RunStats& s) {
 
 }  // namespace
 
+ConvertedArrays convert_arrays(nb::handle seq, const char* what,
+                               const std::vector<std::string>& names) {
+  struct Keep {
+    std::vector<ReadOnlyArray> in_arrays;
+    std::vector<Array> out_arrays;
+    std::vector<nb::object> objects;
+  };
+  auto keep = std::make_shared<Keep>();
+  ConvertedArrays c;
+  if (std::string(what) == "output") {
+    c.args = tensor_args(seq, what, names, &keep->out_arrays, &keep->objects);
+  } else {
+    c.args = tensor_args(seq, what, names, &keep->in_arrays, &keep->objects);
+  }
+  c.keep = std::move(keep);
+  return c;
+}
+
 void bind_runtime(nb::module_& m) {
   nb::class_<CompileOptions>(m, "CompileOptions")
       .def(

@@ -185,6 +185,35 @@ int Graph::num_nodes() const {
   return static_cast<int>(def_->nodes.size());
 }
 
+std::vector<std::string> Graph::input_names() const {
+  std::vector<std::string> out;
+  for (int id : def_->inputs) out.push_back(def_->nodes[id].name);
+  return out;
+}
+std::vector<DType> Graph::input_dtypes() const {
+  std::vector<DType> out;
+  for (int id : def_->inputs) out.push_back(def_->nodes[id].dtype);
+  return out;
+}
+std::vector<SymShape> Graph::input_shapes() const {
+  std::vector<SymShape> out;
+  for (int id : def_->inputs) out.push_back(def_->nodes[id].shape);
+  return out;
+}
+std::vector<std::string> Graph::output_names() const {
+  return def_->output_names;
+}
+std::vector<DType> Graph::output_dtypes() const {
+  std::vector<DType> out;
+  for (int id : def_->outputs) out.push_back(def_->nodes[id].dtype);
+  return out;
+}
+std::vector<SymShape> Graph::output_shapes() const {
+  std::vector<SymShape> out;
+  for (int id : def_->outputs) out.push_back(def_->nodes[id].shape);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // GraphBuilder
 

@@ -1,0 +1,127 @@
+"""The graph compiler from Python: symbolic dims, building, compiling once, running any
+shape zero-copy, errors, text form and the reference models."""
+
+import math
+
+import numpy as np
+import pytest
+
+import dvm
+
+F32 = dvm.DType.F32
+
+
+def test_symbolic_expressions_are_canonical():
+    gb = dvm.GraphBuilder("syms")
+    s0, s1 = gb.symbol("s0"), gb.symbol("s1")
+    assert s0 * s1 == s1 * s0
+    assert (s0 * 4) // 2 == s0 * 2
+    assert str(2 * s0 + 1) == "2*s0 + 1"
+    assert (s0 + 3 - 3) == s0
+    assert (s0 * 6 % 3).constant_value() == 0
+    assert dvm.sym_max(s0, s0 + 1) == s0 + 1
+    assert (s0 * s1 + 1).evaluate({"s0": 3, "s1": 5}) == 16
+    a, b = dvm.SymExpr.symbol("a"), dvm.SymExpr.symbol("b")  # default range [0, SYM_MAX]
+    assert dvm.parse_sym_expr("b*a + 0") == a * b
+    with pytest.raises(dvm.DvmError, match="s1"):
+        (s0 * s1).evaluate({"s0": 3})
+
+
+def layernorm_gelu_graph():
+    gb = dvm.GraphBuilder("ln_gelu")
+    s = gb.symbol("S")
+    x = gb.input("x", F32, [s, 32])
+    w = gb.input("w", F32, [32])
+    b = gb.input("b", F32, [32])
+    y = gb.gelu(gb.layer_norm(x, w, b, eps=1e-5))
+    assert [str(d) for d in gb.shape(y)] == ["S", "32"]
+    gb.output("y", y)
+    return gb.build()
+
+
+def ref_ln_gelu(x, w, b):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    y = (x - m) / np.sqrt(v + 1e-5) * w + b
+    erf = np.vectorize(math.erf)
+    return 0.5 * y * (1 + erf(y / math.sqrt(2)))
+
+
+def test_one_executable_runs_every_shape():
+    exe = dvm.Executable.compile(layernorm_gelu_graph())
+    assert exe.num_kernels == 1
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal(32, dtype=np.float32), rng.standard_normal(32, dtype=np.float32)
+    for s in [1, 7, 64, 300, 7]:
+        x = rng.standard_normal((s, 32), dtype=np.float32)
+        (y,), stats = exe(x, w, b, stats=True)
+        np.testing.assert_allclose(y, ref_ln_gelu(x, w, b), rtol=1e-4, atol=1e-5)
+        assert stats.kernels_launched == 1
+    assert stats.cache_hits == 1 and stats.programs_encoded == 0  # S=7 seen before
+    assert exe.bind([x, w, b]) == {"S": 7}
+
+
+def test_outputs_are_written_in_place_and_inputs_may_be_strided():
+    exe = dvm.Executable.compile(layernorm_gelu_graph())
+    rng = np.random.default_rng(1)
+    big = rng.standard_normal((10, 64), dtype=np.float32)
+    x = big[::2, ::2]  # strided view, no copy
+    w, b = np.ones(32, np.float32), np.zeros(32, np.float32)
+    y = np.empty((5, 32), np.float32)
+    ptr = y.ctypes.data
+    exe.run([x, w, b], [y])
+    assert y.ctypes.data == ptr
+    np.testing.assert_allclose(y, ref_ln_gelu(np.ascontiguousarray(x), w, b), rtol=1e-4, atol=1e-5)
+
+
+def test_errors_name_the_input_and_dims():
+    exe = dvm.Executable.compile(layernorm_gelu_graph())
+    x = np.zeros((4, 31), np.float32)
+    with pytest.raises(dvm.DvmError, match="dim 1"):
+        exe(x, np.zeros(32, np.float32), np.zeros(32, np.float32))
+    with pytest.raises(dvm.DvmError, match="dtype"):
+        exe(np.zeros((4, 32), np.int32), np.zeros(32, np.float32), np.zeros(32, np.float32))
+    gb = dvm.GraphBuilder("bad")
+    a = gb.input("a", F32, [gb.symbol("A"), 4])
+    b = gb.input("b", F32, [gb.symbol("B"), 4])
+    gb.output("c", gb.binary(dvm.BinaryOp.ADD, a, b))
+    with pytest.raises(dvm.DvmError, match=r"\[A, 4\]"):
+        gb.build()
+    with pytest.raises(dvm.DvmError, match="after build"):
+        gb.constant(1.0)
+
+
+def test_text_form_round_trips():
+    g = layernorm_gelu_graph()
+    text = g.to_string()
+    assert dvm.parse_graph(text).to_string() == text
+    with pytest.raises(dvm.DvmError, match="line"):
+        dvm.parse_graph(text.replace("f32[S, 32]", "f32[S, 33]", 2))
+
+
+def test_fused_and_unfused_transformer_layers_agree():
+    cfg = dvm.models.TransformerConfig()
+    cfg.hidden, cfg.heads, cfg.ffn = 64, 4, 128
+    g = dvm.models.transformer_layer(cfg, "bert_small")
+    fused = dvm.Executable.compile(g)
+    unfused = dvm.Executable.compile(g, fuse=False)
+    assert fused.num_kernels < unfused.num_kernels
+    rng = np.random.default_rng(2)
+    for seq in [1, 5, 17]:
+        shapes = dvm.models.transformer_layer_input_shapes(cfg, 2, seq)
+        ins = [rng.uniform(-0.5, 0.5, s).astype(np.float32) for s in shapes]
+        np.testing.assert_allclose(fused(*ins)[0], unfused(*ins)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_torch_tensors_cross_zero_copy():
+    torch = pytest.importorskip("torch")
+    exe = dvm.Executable.compile(layernorm_gelu_graph())
+    x = torch.randn(6, 32)
+    w, b = torch.ones(32), torch.zeros(32)
+    (y,) = exe(x, w, b)
+    assert isinstance(y, torch.Tensor)
+    ref = torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (32,), w, b, 1e-5))
+    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
+    out = torch.empty(6, 32)
+    exe.run([x, w, b], [out])
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
