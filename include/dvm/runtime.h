@@ -77,6 +77,10 @@ class CompiledKernel {
   StatusOr<std::vector<std::vector<int64_t>>> infer_output_shapes(
       std::span<const TensorArg> inputs) const;
 
+  // Encodes (or finds cached) the programs for these arguments without running them, so a
+  // caller can encode several kernels concurrently before launching them in order.
+  Status prepare(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+                 std::span<const ScalarArg> params = {}, RunStats* stats = nullptr) const;
   // The disassembled bytecode of the programs for these inputs (encodes if needed).
   StatusOr<std::string> disassemble(std::span<const TensorArg> inputs,
                                     std::span<const TensorArg> outputs) const;

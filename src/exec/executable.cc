@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/thread_pool.h"
 #include "exec/native_ops.h"
 #include "exec/views.h"
 #include "fuser/fusion.h"
@@ -81,6 +82,7 @@ struct Executable::Impl {
   std::vector<std::string> symbols;  // binding key order
   std::vector<int> output_index;     // node -> first output slot holding it, -1
   std::vector<int> buffer_slot;      // node -> arena slot, -1
+  std::vector<char> needs_shape;     // node -> its concrete shape is used per call
   std::vector<std::vector<int>> slot_buffers;
 
   mutable std::mutex mu;
@@ -90,7 +92,11 @@ struct Executable::Impl {
   Status lower_all();
   void plan_memory();
   StatusOr<SymBindings> bind(std::span<const TensorArg> inputs) const;
-  StatusOr<std::shared_ptr<const BindingPlan>> binding_plan(const SymBindings& b) const;
+  StatusOr<std::shared_ptr<const BindingPlan>> binding_plan(const SymBindings& b,
+                                                            bool* fresh = nullptr) const;
+  Status encode_concurrently(const std::vector<std::vector<TensorArg>>& in,
+                             const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
+                             GraphRunStats* st, std::vector<char>* prepared) const;
   std::unique_ptr<Arena> take_arena() const;
   void give_arena(std::unique_ptr<Arena> a) const;
   std::string where(int node) const { return g->name + ": " + graph::node_str(*g, node); }
@@ -166,6 +172,22 @@ void Executable::Impl::plan_memory() {
     }
   }
   for (int o : g->outputs) last[fuser::storage_root(*g, plan, o)] = end;
+  // Shapes needed per call: stored values, inputs, views (resolved to strided arguments),
+  // outputs, and whatever native ops and kernel loads read.
+  needs_shape.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    Role r = plan.role[i];
+    if (r == Role::kInput || r == Role::kView || r == Role::kInKernelView) needs_shape[i] = 1;
+  }
+  for (int o : g->outputs) needs_shape[o] = 1;
+  for (const Step& st : steps) {
+    for (int id : plan.groups[st.group].stores) needs_shape[id] = 1;
+    for (const fuser::LoadSpec& l : st.lowered.loads) needs_shape[l.node] = 1;
+    if (st.native_node >= 0) {
+      needs_shape[st.native_node] = 1;
+      for (int in : g->nodes[st.native_node].inputs) needs_shape[in] = 1;
+    }
+  }
   buffer_slot.assign(n, -1);
   slot_buffers.clear();
   std::vector<int> slot_free_after;  // last step that reads the slot's current buffer
@@ -257,8 +279,8 @@ StatusOr<SymBindings> Executable::Impl::bind(std::span<const TensorArg> inputs) 
   return b;
 }
 
-StatusOr<std::shared_ptr<const BindingPlan>> Executable::Impl::binding_plan(
-    const SymBindings& b) const {
+StatusOr<std::shared_ptr<const BindingPlan>> Executable::Impl::binding_plan(const SymBindings& b,
+                                                                            bool* fresh) const {
   std::vector<int64_t> key;
   for (const std::string& s : symbols) {
     auto it = b.find(s);
@@ -269,10 +291,12 @@ StatusOr<std::shared_ptr<const BindingPlan>> Executable::Impl::binding_plan(
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
   }
+  if (fresh) *fresh = true;
   auto p = std::make_shared<BindingPlan>();
   p->bindings = b;
   p->shapes.resize(g->nodes.size());
   for (size_t i = 0; i < g->nodes.size(); ++i) {
+    if (!needs_shape[i]) continue;  // values inside kernels: the kernels infer their shapes
     for (const SymExpr& d : g->nodes[i].shape) {
       StatusOr<int64_t> v = d.evaluate(b);
       if (!v.is_ok()) return invalid_argument(where(i) + ": " + v.status().message());
@@ -320,6 +344,36 @@ std::unique_ptr<Arena> Executable::Impl::take_arena() const {
 void Executable::Impl::give_arena(std::unique_ptr<Arena> a) const {
   std::lock_guard<std::mutex> lock(mu);
   arenas.push_back(std::move(a));
+}
+
+// A new binding usually means every kernel encodes a program: encode them on all threads
+// before launching in order (the arguments depend on shapes and addresses, not on data).
+Status Executable::Impl::encode_concurrently(const std::vector<std::vector<TensorArg>>& in,
+                                             const std::vector<std::vector<TensorArg>>& out,
+                                             const BindingPlan& p, GraphRunStats* st,
+                                             std::vector<char>* prepared) const {
+  std::vector<int> vm;
+  for (size_t s = 0; s < steps.size(); ++s)
+    if (steps[s].kernel) vm.push_back(static_cast<int>(s));
+  if (vm.size() < 2) return Status::ok();
+  std::vector<RunStats> rs(steps.size());
+  std::vector<Status> sts(steps.size());
+  int parts = std::min<int>(base::hardware_threads(), static_cast<int>(vm.size()));
+  if (options.num_threads > 0) parts = std::min(parts, options.num_threads);
+  double t0 = now_us();
+  base::parallel_for(parts, [&](int part) {
+    for (size_t i = part; i < vm.size(); i += parts) {
+      int s = vm[i];
+      sts[s] = steps[s].kernel->prepare(in[s], out[s], p.params[s], &rs[s]);
+    }
+  });
+  for (int s : vm) {
+    DVM_RETURN_IF_ERROR(sts[s]);
+    (rs[s].cache_hit ? st->cache_hits : st->programs_encoded)++;
+    (*prepared)[s] = 1;
+  }
+  st->encode_us += now_us() - t0;
+  return Status::ok();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -462,7 +516,8 @@ Status Executable::run(std::span<const TensorArg> inputs, std::span<const Tensor
   const Impl& x = *impl_;
   double t0 = now_us();
   DVM_ASSIGN_OR_RETURN(SymBindings b, x.bind(inputs));
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b));
+  bool fresh = false;
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b, &fresh));
   if (outputs.size() != x.g->outputs.size()) {
     return invalid_argument(x.g->name + ": expected " + std::to_string(x.g->outputs.size()) +
                             " outputs, got " + std::to_string(outputs.size()));
@@ -483,31 +538,37 @@ Status Executable::run(std::span<const TensorArg> inputs, std::span<const Tensor
   st.bind_us = now_us() - t0;
   CallState cs(x, *p, inputs, outputs, arena.get());
   Status status;
-  std::vector<TensorArg> ins, outs;
-  for (size_t s = 0; s < x.steps.size() && status.is_ok(); ++s) {
+  size_t n = x.steps.size();
+  std::vector<std::vector<TensorArg>> ins(n), outs(n);
+  for (size_t s = 0; s < n && status.is_ok(); ++s) {
     const Step& step = x.steps[s];
-    if (step.kind == KernelKind::kNative) {
-      status = run_native(x, cs, step.native_node);
-      ++st.native_launched;
-      continue;
-    }
-    ins.clear();
-    outs.clear();
+    if (!step.kernel) continue;
     for (const fuser::LoadSpec& l : step.lowered.loads) {
       StatusOr<TensorArg> t = cs.resolve_load(l);
       if (!t.is_ok()) {
         status = t.status();
         break;
       }
-      ins.push_back(std::move(*t));
+      ins[s].push_back(std::move(*t));
     }
-    if (!status.is_ok()) break;
-    for (int id : step.lowered.stores) outs.push_back(cs.storage(id));
+    for (int id : step.lowered.stores) outs[s].push_back(cs.storage(id));
+  }
+  std::vector<char> prepared(n, 0);
+  if (status.is_ok() && fresh) status = x.encode_concurrently(ins, outs, *p, &st, &prepared);
+  for (size_t s = 0; s < n && status.is_ok(); ++s) {
+    const Step& step = x.steps[s];
+    if (step.kind == KernelKind::kNative) {
+      status = run_native(x, cs, step.native_node);
+      ++st.native_launched;
+      continue;
+    }
     RunStats rs;
-    status = step.kernel->run(ins, outs, p->params[s], &rs);
+    status = step.kernel->run(ins[s], outs[s], p->params[s], &rs);
     ++st.kernels_launched;
-    (rs.cache_hit ? st.cache_hits : st.programs_encoded)++;
-    st.encode_us += rs.encode_us;
+    if (!prepared[s]) {
+      (rs.cache_hit ? st.cache_hits : st.programs_encoded)++;
+      st.encode_us += rs.encode_us;
+    }
     st.bytes_moved += rs.bytes_moved;
   }
   // Outputs that are inputs, or the same value listed twice, are copied.

@@ -157,6 +157,14 @@ StatusOr<std::shared_ptr<const enc::EncodedKernel>> CompiledKernel::Impl::lookup
   return std::shared_ptr<const enc::EncodedKernel>(encoded);
 }
 
+Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
+                               std::span<const TensorArg> outputs,
+                               std::span<const ScalarArg> params, RunStats* stats) const {
+  DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
+  if (stats) *stats = RunStats{};
+  return impl_->lookup(inputs, outputs, params, stats).status();
+}
+
 Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                            std::span<const ScalarArg> params, RunStats* stats) const {
   DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
