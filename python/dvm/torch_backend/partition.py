@@ -1,0 +1,194 @@
+"""Partition a core-ATen FX graph into DVM partitions and PyTorch (ATen) code.
+
+``DvmOperatorSupport`` asks the translator about every node (``translate.check_node``: the node
+is translated on its own and built, so a "yes" is real and a "no" has a reason).
+``CapabilityBasedPartitioner`` groups supported nodes into maximal acyclic partitions; each
+partition becomes one DVM graph compiled once (``build_partition``) and called through a
+``DvmPartition``; everything else stays ATen code in the outer GraphModule. Partitions made
+only of views and copies stay in PyTorch (there, they cost nothing).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+import dvm
+
+from . import ops  # noqa: F401  (fills the op table)
+from .runtime import DvmPartition, bump, log_fallback
+from .symbolic import Unsupported
+from .translate import Translator, check_node, fake_value, set_shape_env
+
+aten = torch.ops.aten
+
+# Ops that only change metadata in PyTorch: a partition of nothing else stays in PyTorch.
+FREE_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+    aten.transpose.int, aten.t.default, aten.expand.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.slice.Tensor,
+    aten.select.int, aten.alias.default, aten.detach.default, aten.clone.default,
+    aten.lift_fresh_copy.default, aten.split.Tensor, aten.split_with_sizes.default,
+    aten.narrow.default, aten.unbind.int, operator.getitem,
+}
+
+
+class DvmOperatorSupport(OperatorSupportBase):
+    def __init__(self):
+        super().__init__()
+        self.reasons: dict[torch.fx.Node, str | None] = {}
+
+    def reason(self, node) -> str | None:
+        if node in self.reasons:
+            return self.reasons[node]
+        r = self._reason(node)
+        self.reasons[node] = r
+        return r
+
+    def _reason(self, node) -> str | None:
+        if node.op != "call_function":
+            return f"{node.op} node"
+        if node.target is operator.getitem:
+            src = node.args[0]
+            if not isinstance(src, torch.fx.Node):
+                return "getitem of a constant"
+            r = self.reason(src)
+            if r is not None:
+                return f"its producer {src.name} runs in PyTorch"
+            if node.args[1] in src.meta.get("dvm_none_outputs", ()):
+                return f"output {node.args[1]} of {src.name} is not computed by DVM"
+            return None
+        v = fake_value(node) if ("val" in node.meta or "example_value" in node.meta) else None
+        if not isinstance(v, (torch.Tensor, tuple, list)):
+            return "not a tensor op (size arithmetic stays in Python)"
+        return check_node(node)
+
+    def is_node_supported(self, submodules, node) -> bool:
+        return self.reason(node) is None
+
+
+def _shape_env(gm, example_inputs):
+    from torch._guards import detect_fake_mode
+
+    fm = detect_fake_mode(example_inputs)
+    if fm is None:
+        for n in gm.graph.nodes:
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and hasattr(v, "fake_mode"):
+                fm = v.fake_mode
+                break
+    return getattr(fm, "shape_env", None) if fm is not None else None
+
+
+def build_partition(sub: torch.fx.GraphModule, name: str, shape_env) -> DvmPartition:
+    """Translates one partition GraphModule into a DVM graph, compiles it once, and wraps it."""
+    tr = Translator(name, shape_env)
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    in_plan = []
+    input_ids = {}
+    sym_inputs = {}  # symbol name -> placeholder index of a SymInt that is exactly that symbol
+    for i, ph in enumerate(placeholders):
+        v = fake_value(ph)
+        tr.bind_placeholder(ph, f"in{i}_{ph.name}")
+        if isinstance(v, torch.Tensor):
+            in_plan.append(("arg", i))
+            input_ids[tr.env[ph].id] = i
+        elif isinstance(v, torch.SymInt):
+            e = tr.env[ph]
+            if not isinstance(e, int) and e.is_symbol():
+                sym_inputs.setdefault(e.symbol_name(), i)
+    out_node = sub.graph.output_node()
+    for node in sub.graph.nodes:
+        if node.op == "call_function":
+            tr.run_node(node)
+    outs = out_node.args[0]
+    tuple_out = isinstance(outs, (tuple, list))
+    outs = list(outs) if tuple_out else [outs]
+    out_plan = []
+    out_dtypes = []
+    emitted = {}
+    for o in outs:
+        v = tr.env.get(o)
+        if not isinstance(v, dvm.Tensor):
+            raise Unsupported(f"partition output {o} is not a DVM tensor")
+        if v.id in input_ids:
+            out_plan.append(("clone", input_ids[v.id]))
+            continue
+        if v.id not in emitted:
+            emitted[v.id] = len(emitted)
+            tr.gb.output(f"out{len(emitted) - 1}", v)
+            out_dtypes.append(fake_value(o).dtype)
+        out_plan.append(("dvm", emitted[v.id]))
+    if not emitted:
+        raise Unsupported("partition computes nothing")
+    # symbols that no tensor input binds as a plain dim: bind them through carrier inputs
+    plain = set()
+    for shape in tr.input_shapes:
+        for d in shape:
+            if not isinstance(d, int) and d.is_symbol():
+                plain.add(d.symbol_name())
+    for s in sorted(tr.sym.symbols):
+        if s in plain:
+            continue
+        if s in sym_inputs:
+            tr.add_symbol_carrier(s)
+            in_plan.append(("carrier", sym_inputs[s]))
+        # else: DVM may still solve it from a dim like s0*4 (else run time falls back)
+    graph = tr.gb.build()
+    exe = dvm.Executable.compile(graph)
+    bump("dvm_partitions")
+    bump("dvm_nodes", sum(1 for n in sub.graph.nodes if n.op == "call_function"))
+    return DvmPartition(name, exe, in_plan, out_plan, out_dtypes, tuple_out, sub, graph)
+
+
+def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="graph"):
+    """Returns the GraphModule with DVM partitions (each compiled once) and ATen for the rest."""
+    shape_env = _shape_env(gm, example_inputs)
+    set_shape_env(shape_env)
+    support = DvmOperatorSupport()
+    # the translator records which outputs of multi-output nodes it does not compute
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is not operator.getitem:
+            support.reason(n)
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    kept = []
+    for p in partitions:
+        if all(n.op == "call_function" and n.target in FREE_OPS for n in p.nodes):
+            continue
+        kept.append(p)
+    in_dvm = {n for p in kept for n in p.nodes}
+    n_fallback = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n in in_dvm:
+            continue
+        r = support.reason(n)
+        if r == "not a tensor op (size arithmetic stays in Python)":
+            continue
+        if r is None:
+            r = "a view/copy with no DVM compute around it (free in PyTorch)"
+        else:
+            n_fallback += 1
+        log_fallback("dvm: %s: %s (%s) runs in PyTorch: %s", graph_name, n.name, n.target, r)
+    bump("fallback_nodes", n_fallback)
+    if not kept:
+        return gm
+    fused = partitioner.fuse_partitions(kept, prefix="dvm_")
+    for node in list(fused.graph.nodes):
+        if node.op != "call_module" or not str(node.target).startswith("dvm_"):
+            continue
+        sub = getattr(fused, node.target)
+        name = f"{graph_name}_{node.target}"
+        try:
+            mod = build_partition(sub, name, shape_env)
+        except (Unsupported, dvm.DvmError, TypeError, ValueError, KeyError) as e:
+            bump("partition_fallbacks")
+            log_fallback("dvm: partition %s (%d nodes) runs in PyTorch: %s", name,
+                         sum(1 for n in sub.graph.nodes if n.op == "call_function"), e)
+            continue
+        setattr(fused, node.target, mod)
+    fused.recompile()
+    return fused

@@ -1,0 +1,102 @@
+"""Run-time side: one ``DvmPartition`` per DVM partition of a captured graph.
+
+A partition is compiled once (symbolically) into a ``dvm.Executable``. Each call passes the
+caller's tensors (activations, parameters, buffers) straight to the executable — DVM reads them
+in place through their data pointers and strides, nothing is copied — and returns freshly
+allocated outputs. Symbols that no tensor input binds (a size that reaches the partition only
+as a SymInt argument, e.g. ``arange(s0)``) are bound through "carrier" inputs: stride-0 bool
+views of shape ``[n]``, which cost no memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import torch
+
+import dvm
+
+log = logging.getLogger("dvm.torch_backend")
+
+_STATS_LOCK = threading.Lock()
+STATS: dict[str, int] = {}
+
+
+def bump(key: str, n: int = 1) -> None:
+    with _STATS_LOCK:
+        STATS[key] = STATS.get(key, 0) + n
+
+
+def log_fallback(msg: str, *args) -> None:
+    """What ran in PyTorch and why: at WARNING when DVM_LOG_FALLBACK=1, else at DEBUG."""
+    if os.environ.get("DVM_LOG_FALLBACK", "") not in ("", "0"):
+        log.warning(msg, *args)
+    else:
+        log.debug(msg, *args)
+
+
+_CARRIER = torch.zeros(1, dtype=torch.bool)
+
+
+def carrier(n) -> torch.Tensor:
+    return _CARRIER.expand(int(n))
+
+
+class DvmPartition(torch.nn.Module):
+    """Calls one compiled DVM graph; falls back to the partition's ATen code on a run-time
+    error (logged), so a DVM limitation never breaks the model."""
+
+    def __init__(self, name, exe, in_plan, out_plan, out_dtypes, tuple_out, fallback, graph):
+        super().__init__()
+        self.name = name
+        self.exe = exe
+        self.graph = graph  # the dvm.Graph (to_string() for debugging)
+        self.in_plan = in_plan  # ("arg", i) | ("carrier", i)
+        self.out_plan = out_plan  # ("dvm", k) | ("clone", i): per partition output
+        self.out_dtypes = out_dtypes
+        self.tuple_out = tuple_out
+        self.fallback = fallback  # the ATen GraphModule of the partition
+        self.calls = 0
+        self.fallbacks = 0
+        self.last_error = None
+        self._simple = all(k == "arg" for k, _ in in_plan) and all(
+            k == "dvm" for k, _ in out_plan
+        ) and [i for _, i in out_plan] == list(range(len(out_plan)))
+        self._arg_idx = [i for _, i in in_plan]
+
+    def _inputs(self, args):
+        if self._simple:
+            return [args[i] for i in self._arg_idx]
+        return [args[i] if k == "arg" else carrier(args[i]) for k, i in self.in_plan]
+
+    def forward(self, *args):
+        self.calls += 1
+        ins = self._inputs(args)
+        try:
+            if ins:
+                outs = self.exe(*ins)
+            else:
+                shapes = self.exe.output_shapes([])
+                outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, self.out_dtypes)]
+                self.exe.run([], outs)
+        except dvm.DvmError as e:
+            self.fallbacks += 1
+            self.last_error = str(e)
+            bump("runtime_fallbacks")
+            log_fallback("dvm: partition %s failed at run time, running it in PyTorch: %s",
+                         self.name, e)
+            return self.fallback(*args)
+        if self._simple:
+            res = outs
+        else:
+            res = [outs[i] if k == "dvm" else args[i].clone() for k, i in self.out_plan]
+        if self.tuple_out:
+            return tuple(res)
+        return res[0]
+
+    __call__ = forward
+
+    def extra_repr(self):
+        return f"name={self.name}, inputs={len(self.in_plan)}, outputs={len(self.out_plan)}"
