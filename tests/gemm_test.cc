@@ -176,8 +176,11 @@ TEST(Gemm, SkinnyRows) {
     std::mt19937 rng(2);
     for (int64_t m = 1; m <= 17; ++m)
       for (int64_t n : {1, 8, 16, 17, 31, 32, 33, 64, 100})
-        for (int64_t k : {1, 7, 64, 257})
+        for (int64_t k : {1, 7, 64, 257}) {
           run_f32(m, n, k, Layout::kRowMajor, Layout::kRowMajor, m % 2 == 0, rng);
+          // Linear-layer weights [N, K] read transposed: the GEMV and transpose-pack paths.
+          run_f32(m, n, k, Layout::kRowMajor, Layout::kTransposed, m % 3 == 0, rng);
+        }
   });
 }
 

@@ -165,8 +165,10 @@ struct ConvBF16 {
 };
 
 #if HWY_TARGET != HWY_SCALAR
-// One A panel from `rows` <= MR row-major f32 rows (row r at src + r * rs, contiguous along p):
-// 4 x 4 blocks are transposed in registers (128-bit vectors exist on every target).
+// One panel of width kWidth from `rows` <= kWidth f32 rows contiguous along p (row r at
+// src + r * rs): 4 x 4 blocks are transposed in registers (128-bit vectors exist on every
+// target). Packs A panels (rows of A) and B panels of a transposed B (its columns).
+template <size_t kWidth = kMR>
 HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t rs,
                             float* HWY_RESTRICT panel) {
   const hn::Full128<float> d4;
@@ -183,21 +185,21 @@ HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t 
       const auto r2 = hn::LoadU(d4, s2 + p), r3 = hn::LoadU(d4, s3 + p);
       const auto t0 = hn::InterleaveLower(d4, r0, r1), t1 = hn::InterleaveLower(d4, r2, r3);
       const auto t2 = hn::InterleaveUpper(d4, r0, r1), t3 = hn::InterleaveUpper(d4, r2, r3);
-      hn::StoreU(hn::ConcatLowerLower(d4, t1, t0), d4, out + (p + 0) * kMR);
-      hn::StoreU(hn::ConcatUpperUpper(d4, t1, t0), d4, out + (p + 1) * kMR);
-      hn::StoreU(hn::ConcatLowerLower(d4, t3, t2), d4, out + (p + 2) * kMR);
-      hn::StoreU(hn::ConcatUpperUpper(d4, t3, t2), d4, out + (p + 3) * kMR);
+      hn::StoreU(hn::ConcatLowerLower(d4, t1, t0), d4, out + (p + 0) * kWidth);
+      hn::StoreU(hn::ConcatUpperUpper(d4, t1, t0), d4, out + (p + 1) * kWidth);
+      hn::StoreU(hn::ConcatLowerLower(d4, t3, t2), d4, out + (p + 2) * kWidth);
+      hn::StoreU(hn::ConcatUpperUpper(d4, t3, t2), d4, out + (p + 3) * kWidth);
     }
     for (size_t p = kc4; p < kc; ++p) {
-      out[p * kMR + 0] = s0[p];
-      out[p * kMR + 1] = s1[p];
-      out[p * kMR + 2] = s2[p];
-      out[p * kMR + 3] = s3[p];
+      out[p * kWidth + 0] = s0[p];
+      out[p * kWidth + 1] = s1[p];
+      out[p * kWidth + 2] = s2[p];
+      out[p * kWidth + 3] = s3[p];
     }
   }
   for (; r < rows; ++r) {
     const float* s = src + static_cast<ptrdiff_t>(r) * rs;
-    for (size_t p = 0; p < kc; ++p) panel[p * kMR + r] = s[p];
+    for (size_t p = 0; p < kc; ++p) panel[p * kWidth + r] = s[p];
   }
 }
 #endif
@@ -268,6 +270,17 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
         continue;
       }
     }
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<T, float>) {
+      if (rs == 1) {  // a transposed B (linear weights [N, K]): columns contiguous along p
+        PackRowsF32<kNR>(cols, kc, src, cs, panel);
+        for (size_t p = 0; cols < kNR && p < kc; ++p) {
+          for (size_t j = cols; j < kNR; ++j) panel[p * kNR + j] = 0.0f;
+        }
+        continue;
+      }
+    }
+#endif
     if (std::abs(cs) <= std::abs(rs) && cs != 0) {
       for (size_t p = 0; p < kc; ++p) {
         float* out = panel + p * kNR;
@@ -290,6 +303,60 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
   }
 }
 
+// Skinny products with a transposed B (decode through a linear layer: x [m <= 4, K] times
+// W [N, K]^T): every output is a dot product of two contiguous rows, so W streams once, in
+// place, at memory bandwidth. Four W rows at a time share each load of x.
+template <size_t kM>
+void GemvT(size_t n, size_t k, const float* a, ptrdiff_t a_rs, const float* b, ptrdiff_t b_cs,
+           float* c, ptrdiff_t ldc, bool accumulate) {
+  const DF d;
+  const size_t kv = k / kN * kN;
+  size_t j = 0;
+  const auto finish = [&](size_t jj, size_t i, VF acc, float tail) {
+    float v = hn::GetLane(hn::SumOfLanes(d, acc)) + tail;
+    float& out = c[static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(jj)];
+    out = accumulate ? out + v : v;
+  };
+  for (; j + 4 <= n; j += 4) {
+    const float* w[4];
+    for (size_t q = 0; q < 4; ++q) w[q] = b + static_cast<ptrdiff_t>(j + q) * b_cs;
+    VF acc[kM][4];
+    for (size_t i = 0; i < kM; ++i)
+      for (size_t q = 0; q < 4; ++q) acc[i][q] = hn::Zero(d);
+    for (size_t p = 0; p < kv; p += kN) {
+      const VF w0 = hn::LoadU(d, w[0] + p), w1 = hn::LoadU(d, w[1] + p);
+      const VF w2 = hn::LoadU(d, w[2] + p), w3 = hn::LoadU(d, w[3] + p);
+      for (size_t i = 0; i < kM; ++i) {
+        const VF x = hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * a_rs + p);
+        acc[i][0] = hn::MulAdd(x, w0, acc[i][0]);
+        acc[i][1] = hn::MulAdd(x, w1, acc[i][1]);
+        acc[i][2] = hn::MulAdd(x, w2, acc[i][2]);
+        acc[i][3] = hn::MulAdd(x, w3, acc[i][3]);
+      }
+    }
+    for (size_t i = 0; i < kM; ++i) {
+      const float* x = a + static_cast<ptrdiff_t>(i) * a_rs;
+      for (size_t q = 0; q < 4; ++q) {
+        float tail = 0.0f;
+        for (size_t p = kv; p < k; ++p) tail += x[p] * w[q][p];
+        finish(j + q, i, acc[i][q], tail);
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    const float* w = b + static_cast<ptrdiff_t>(j) * b_cs;
+    for (size_t i = 0; i < kM; ++i) {
+      const float* x = a + static_cast<ptrdiff_t>(i) * a_rs;
+      VF acc = hn::Zero(d);
+      for (size_t p = 0; p < kv; p += kN)
+        acc = hn::MulAdd(hn::LoadU(d, x + p), hn::LoadU(d, w + p), acc);
+      float tail = 0.0f;
+      for (size_t p = kv; p < k; ++p) tail += x[p] * w[p];
+      finish(j, i, acc, tail);
+    }
+  }
+}
+
 template <typename T, class Conv>
 void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const T* b,
               ptrdiff_t b_rs, ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate, Conv conv) {
@@ -299,6 +366,20 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       for (size_t i = 0; i < m; ++i) std::fill_n(c + static_cast<ptrdiff_t>(i) * ldc, n, 0.0f);
     }
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (m <= 4 && a_cs == 1 && b_rs == 1 && b_cs != 1) {
+      switch (m) {
+        case 1:
+          return GemvT<1>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+        case 2:
+          return GemvT<2>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+        case 3:
+          return GemvT<3>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+        default:
+          return GemvT<4>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+      }
+    }
   }
   // Equal K blocks of at most kKC.
   const size_t kblocks = (k + kKC - 1) / kKC;
