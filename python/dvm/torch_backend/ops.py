@@ -36,6 +36,7 @@ INT64_BIG = 1 << 62
 class OpEntry:
     fn: Callable
     family: str
+    inplace: bool = False  # mutates args[0]: translated only when nothing else reads it
 
 
 OPS: dict[object, OpEntry] = {}
@@ -143,6 +144,12 @@ for _name, _op in ARITH.items():
         "pointwise",
         *_ovl(_packet, "Tensor", "Scalar", "default", "Tensor_Tensor", "Tensor_Scalar"),
     )(_arith(_op))
+    # in-place forms (decompositions emit some, e.g. rms_norm's add_): functional when the
+    # mutated value has no other reader (checked by translate.check_node)
+    _ip = getattr(aten, _name + "_", None)
+    if _ip is not None:
+        for _o in _ovl(_ip, "Tensor", "Scalar"):
+            OPS[_o] = OpEntry(_arith(_op), "pointwise", inplace=True)
 
 
 @register("pointwise", aten.pow.Scalar)
@@ -557,27 +564,22 @@ def _flip(tr: Translator, x, dims):
 def _full(tr: Translator, *args, **kwargs):
     value = args[1] if tr.node.target is aten.full.default else args[2]
     out = tr.out_dtype()
-    c = tr.constant(value, out) if isinstance(value, (int, float, bool)) else tr.sym_scalar(
-        value, out)
-    shape = tr.out_shape()
-    return tr.gb.expand(c, shape) if shape else c
+    if not isinstance(value, (int, float, bool)):
+        value = tr.sym_scalar(value, out)
+    return tr.fill(value, tr.out_shape(), out)
 
 
 @register("creation", aten.full_like.default)
 def _full_like(tr: Translator, x, value, **_):
     out = tr.out_dtype()
-    c = tr.constant(value, out) if isinstance(value, (int, float, bool)) else tr.sym_scalar(
-        value, out)
-    shape = tr.out_shape()
-    return tr.gb.expand(c, shape) if shape else c
+    if not isinstance(value, (int, float, bool)):
+        value = tr.sym_scalar(value, out)
+    return tr.fill(value, tr.out_shape(), out)
 
 
 def _filled(value):
     def fn(tr: Translator, *_, **__):
-        out = tr.out_dtype()
-        shape = tr.out_shape()
-        c = tr.constant(value, out)
-        return tr.gb.expand(c, shape) if shape else c
+        return tr.fill(value, tr.out_shape(), tr.out_dtype())
 
     return fn
 

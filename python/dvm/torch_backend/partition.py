@@ -83,8 +83,12 @@ def _shape_env(gm, example_inputs):
     return getattr(fm, "shape_env", None) if fm is not None else None
 
 
-def build_partition(sub: torch.fx.GraphModule, name: str, shape_env) -> DvmPartition:
-    """Translates one partition GraphModule into a DVM graph, compiles it once, and wraps it."""
+def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbols=()):
+    """Translates one partition GraphModule into a DVM graph, compiles it once, and wraps it.
+
+    Returns (DvmPartition, extra): `extra` lists symbols the caller must append to the
+    partition's arguments (as ints, in order): symbols that none of the partition's own inputs
+    binds but the outer graph knows (`outer_symbols`)."""
     tr = Translator(name, shape_env)
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     in_plan = []
@@ -130,18 +134,56 @@ def build_partition(sub: torch.fx.GraphModule, name: str, shape_env) -> DvmParti
         for d in shape:
             if not isinstance(d, int) and d.is_symbol():
                 plain.add(d.symbol_name())
+    extra = []
     for s in sorted(tr.sym.symbols):
         if s in plain:
             continue
         if s in sym_inputs:
             tr.add_symbol_carrier(s)
             in_plan.append(("carrier", sym_inputs[s]))
+        elif s in outer_symbols:
+            tr.add_symbol_carrier(s)
+            in_plan.append(("carrier", len(placeholders) + len(extra)))
+            extra.append(s)
         # else: DVM may still solve it from a dim like s0*4 (else run time falls back)
     graph = tr.gb.build()
     exe = dvm.Executable.compile(graph)
     bump("dvm_partitions")
     bump("dvm_nodes", sum(1 for n in sub.graph.nodes if n.op == "call_function"))
-    return DvmPartition(name, exe, in_plan, out_plan, out_dtypes, tuple_out, sub, graph)
+    part = DvmPartition(name, exe, in_plan, out_plan, out_dtypes, tuple_out, sub, graph,
+                        len(placeholders))
+    return part, extra
+
+
+def _symbol_sources(gm, shape_env):
+    """{symbol name: (placeholder, dim | None)}: where the outer graph can read each symbol's
+    value at run time (a SymInt input, or a dim of a tensor input)."""
+    import sympy
+
+    def name_of(expr):
+        if shape_env is not None:
+            try:
+                expr = shape_env.replace(expr)
+            except Exception:  # noqa: BLE001
+                pass
+        return str(expr) if isinstance(expr, sympy.Symbol) else None
+
+    out = {}
+    for ph in gm.graph.nodes:
+        if ph.op != "placeholder":
+            continue
+        v = ph.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            n = name_of(v.node.expr)
+            if n:
+                out.setdefault(n, (ph, None))
+        elif isinstance(v, torch.Tensor):
+            for d, size in enumerate(v.shape):
+                if isinstance(size, torch.SymInt):
+                    n = name_of(size.node.expr)
+                    if n and n not in out:
+                        out[n] = (ph, d)
+    return out
 
 
 def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="graph"):
@@ -177,18 +219,27 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
     if not kept:
         return gm
     fused = partitioner.fuse_partitions(kept, prefix="dvm_")
+    sources = _symbol_sources(fused, shape_env)
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("dvm_"):
             continue
         sub = getattr(fused, node.target)
         name = f"{graph_name}_{node.target}"
         try:
-            mod = build_partition(sub, name, shape_env)
+            mod, extra = build_partition(sub, name, shape_env, set(sources))
         except (Unsupported, dvm.DvmError, TypeError, ValueError, KeyError) as e:
             bump("partition_fallbacks")
             log_fallback("dvm: partition %s (%d nodes) runs in PyTorch: %s", name,
                          sum(1 for n in sub.graph.nodes if n.op == "call_function"), e)
             continue
         setattr(fused, node.target, mod)
+        if extra:
+            args = list(node.args)
+            with fused.graph.inserting_before(node):
+                for sname in extra:
+                    ph, d = sources[sname]
+                    args.append(ph if d is None else
+                                fused.graph.call_function(aten.sym_size.int, (ph, d)))
+            node.args = tuple(args)
     fused.recompile()
     return fused

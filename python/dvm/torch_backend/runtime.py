@@ -48,7 +48,8 @@ class DvmPartition(torch.nn.Module):
     """Calls one compiled DVM graph; falls back to the partition's ATen code on a run-time
     error (logged), so a DVM limitation never breaks the model."""
 
-    def __init__(self, name, exe, in_plan, out_plan, out_dtypes, tuple_out, fallback, graph):
+    def __init__(self, name, exe, in_plan, out_plan, out_dtypes, tuple_out, fallback, graph,
+                 num_args):
         super().__init__()
         self.name = name
         self.exe = exe
@@ -58,6 +59,7 @@ class DvmPartition(torch.nn.Module):
         self.out_dtypes = out_dtypes
         self.tuple_out = tuple_out
         self.fallback = fallback  # the ATen GraphModule of the partition
+        self.num_args = num_args  # its arguments (symbol values may follow them)
         self.calls = 0
         self.fallbacks = 0
         self.last_error = None
@@ -87,7 +89,7 @@ class DvmPartition(torch.nn.Module):
             bump("runtime_fallbacks")
             log_fallback("dvm: partition %s failed at run time, running it in PyTorch: %s",
                          self.name, e)
-            return self.fallback(*args)
+            return self.fallback(*args[: self.num_args])
         if self._simple:
             res = outs
         else:

@@ -128,13 +128,33 @@ class Translator:
         d = dtype if isinstance(dtype, dvm.DType) else dvm_dtype(dtype)
         return self.gb.constant(float(value), d)
 
+    def fill(self, value, shape, dtype):
+        """A tensor of `shape` filled with `value` (torch.full).
+
+        Built from an iota rather than expand(constant): DVM fails at run time on a broadcast
+        constant ("a scalar has no storage"; see the report in tests/test_torch_backend.py).
+        """
+        d = dtype if isinstance(dtype, dvm.DType) else dvm_dtype(dtype)
+        if not shape:
+            return self.gb.constant(float(value), d)
+        i = self.gb.iota(list(shape), 0, dvm.DType.I64)
+        if d == dvm.DType.BOOL:
+            return self.gb.binary(dvm.BinaryOp.GE if value else dvm.BinaryOp.LT, i, 0)
+        if isinstance(value, (int, float, bool)):
+            z = self.gb.binary(dvm.BinaryOp.MUL, self.cast(i, d), 0)
+            return self.gb.binary(dvm.BinaryOp.ADD, z, self.gb.constant(float(value), d))
+        # a tensor (rank 0) value
+        z = self.gb.binary(dvm.BinaryOp.MUL, self.cast(i, d), 0)
+        return self.gb.binary(dvm.BinaryOp.ADD, z, self.cast(value, d))
+
     def sym_scalar(self, value, dtype):
         """A rank-0 tensor holding an int | SymExpr value (a size used as data)."""
         if isinstance(value, (int, float, bool)):
             return self.constant(value, dtype)
-        # sum of ones over a [value] vector: exact, and O(value) (sizes are small)
-        ones = self.gb.expand(self.gb.constant(1.0, dvm.DType.I64), [value])
-        return self.cast(self.gb.reduce(dvm.ReduceOp.SUM, ones, [0]), dtype)
+        # max(iota([value])) + 1 == value (value >= 1: sizes of backed dims are >= 2)
+        i = self.gb.iota([value], 0, dvm.DType.I64)
+        v = self.gb.binary(dvm.BinaryOp.ADD, self.gb.reduce(dvm.ReduceOp.MAX, i, [0]), 1)
+        return self.cast(v, dtype)
 
     def axis(self, a, rank):
         a = int(a)
@@ -215,6 +235,13 @@ def check_node(node) -> str | None:
     """None if DVM translates this node on its own, else the reason it does not."""
     if node.op != "call_function":
         return f"{node.op} node"
+    from .ops import OPS
+
+    entry = OPS.get(node.target)
+    if entry is not None and entry.inplace:
+        dst = node.args[0]
+        if not isinstance(dst, Node) or dst.op == "placeholder" or len(dst.users) != 1:
+            return "in-place op on a value that is read elsewhere (or a graph input)"
     try:
         t = Translator(f"check_{node.name}", _shape_env_of(node))
         for i, inp in enumerate(_input_nodes(node)):
