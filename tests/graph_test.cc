@@ -454,6 +454,33 @@ TEST(Executable, FusedPeakMemoryIsNoHigherThanUnfused) {
 // ---------------------------------------------------------------------------------------------
 // Bad input.
 
+TEST(Executable, IndependentSmallKernelsAreStacked) {
+  GraphBuilder gb("branches");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 16});
+  // Reductions over different axes cannot share a kernel: four independent kernels.
+  gb.output("a", gb.reduce(ReduceOp::kSum, gb.unary(UnaryOp::kExp, x), {0}));
+  gb.output("b", gb.reduce(ReduceOp::kSum, gb.unary(UnaryOp::kTanh, x), {1}));
+  gb.output("c", gb.reduce(ReduceOp::kMax, gb.unary(UnaryOp::kSigmoid, x), {0}));
+  gb.output("d", gb.reduce(ReduceOp::kMin, gb.unary(UnaryOp::kRelu, x), {1}));
+  Graph g = *gb.build();
+  auto fused = compile_or_die(g, true);
+  ASSERT_TRUE(fused);
+  EXPECT_NE(fused->fusion_report().find("waves"), std::string::npos);
+  std::mt19937 rng(12);
+  for (int64_t n : {3, 40, 5000}) {
+    std::vector<HostTensor> in = {random_host(DType::kF32, {n, 16}, rng)};
+    GraphRunStats st;
+    auto out = run_graph(*fused, in, &st);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ(st.kernels_launched, 4);
+    if (n < 100) {
+      EXPECT_EQ(st.kernels_stacked, 4) << fused->fusion_report();
+    }
+    expect_fused_matches_unfused(g, in);
+  }
+}
+
 TEST(Executable, BadInputsAreStatusErrors) {
   auto exe = compile_or_die(residual_layernorm_graph());
   std::mt19937 rng(5);

@@ -174,12 +174,15 @@ struct GraphCompileOptions {
 struct GraphRunStats {
   int kernels_launched = 0;  // VM kernels (programs may be several per kernel)
   int native_launched = 0;   // native ops (gathers, iota, copies for non-viewable reshapes)
+  int kernels_stacked = 0;   // small independent kernels launched side by side (parallel)
   int programs_encoded = 0;  // kernels that encoded a new program for this binding
   int cache_hits = 0;        // kernels whose program came from the cache
-  double encode_us = 0;      // time spent encoding + verifying
-  double bind_us = 0;        // binding symbols, planning buffers
-  int64_t bytes_moved = 0;   // nominal bytes loaded + stored by the kernels
-  int64_t peak_bytes = 0;    // intermediate buffer memory for this binding
+  // Wall-clock time spent encoding + verifying; the kernels of a binding seen for the first
+  // time are encoded concurrently on the VM's threads before they run in order.
+  double encode_us = 0;
+  double bind_us = 0;       // binding symbols, planning buffers
+  int64_t bytes_moved = 0;  // nominal bytes loaded + stored by the kernels
+  int64_t peak_bytes = 0;   // intermediate buffer memory for this binding
 };
 
 class Executable {

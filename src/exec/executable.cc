@@ -84,6 +84,7 @@ struct Executable::Impl {
   std::vector<int> buffer_slot;      // node -> arena slot, -1
   std::vector<char> needs_shape;     // node -> its concrete shape is used per call
   std::vector<std::vector<int>> slot_buffers;
+  std::vector<std::vector<int>> waves;  // steps with no dependency path between them
 
   mutable std::mutex mu;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const BindingPlan>> plans;
@@ -91,6 +92,11 @@ struct Executable::Impl {
 
   Status lower_all();
   void plan_memory();
+  void plan_waves();
+  bool stackable(const BindingPlan& p, int step) const;
+  Status run_stacked(const std::vector<int>& stack, const std::vector<std::vector<TensorArg>>& in,
+                     const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
+                     std::vector<RunStats>* rs) const;
   StatusOr<SymBindings> bind(std::span<const TensorArg> inputs) const;
   StatusOr<std::shared_ptr<const BindingPlan>> binding_plan(const SymBindings& b,
                                                             bool* fresh = nullptr) const;
@@ -210,6 +216,49 @@ void Executable::Impl::plan_memory() {
       slot_free_after[slot] = std::max(last[id], s);
       buffer_slot[id] = slot;
     }
+  }
+}
+
+// Parallel stacking: a step depends on the steps that store what it reads and, through arena
+// slot reuse, on the writer and readers of the buffer its output replaces. Steps of one wave
+// have no dependency path between them, so small kernels of a wave may run concurrently.
+void Executable::Impl::plan_waves() {
+  size_t n = g->nodes.size();
+  int end = static_cast<int>(steps.size());
+  std::vector<int> producer(n, -1);
+  std::vector<std::vector<int>> readers(n);
+  for (int s = 0; s < end; ++s) {
+    const Step& st = steps[s];
+    for (int id : plan.groups[st.group].stores) producer[id] = s;
+    std::vector<int> roots;
+    if (st.kind == KernelKind::kNative) {
+      for (int in : g->nodes[st.native_node].inputs)
+        roots.push_back(fuser::storage_root(*g, plan, in));
+    } else {
+      for (const fuser::LoadSpec& l : st.lowered.loads) roots.push_back(root_of(*g, plan, l));
+    }
+    for (int r : roots) readers[r].push_back(s);
+  }
+  std::vector<std::vector<int>> deps(end);
+  for (size_t id = 0; id < n; ++id) {
+    for (int s : readers[id]) {
+      if (producer[id] >= 0 && producer[id] != s) deps[s].push_back(producer[id]);
+    }
+  }
+  for (const std::vector<int>& bufs : slot_buffers) {
+    for (size_t k = 1; k < bufs.size(); ++k) {
+      int writer = producer[bufs[k]];
+      deps[writer].push_back(producer[bufs[k - 1]]);
+      for (int t : readers[bufs[k - 1]])
+        if (t != writer) deps[writer].push_back(t);
+    }
+  }
+  std::vector<int> wave(end, 0);
+  waves.clear();
+  for (int s = 0; s < end; ++s) {
+    for (int d : deps[s]) wave[s] = std::max(wave[s], wave[d] + 1);
+    if (wave[s] >= static_cast<int>(waves.size())) waves.resize(wave[s] + 1);
+    waves[wave[s]].push_back(s);
   }
 }
 
@@ -376,6 +425,37 @@ Status Executable::Impl::encode_concurrently(const std::vector<std::vector<Tenso
   return Status::ok();
 }
 
+// A kernel small enough that the VM runs it on the calling thread alone: several of them
+// from one wave fill the threads better side by side than one after another.
+bool Executable::Impl::stackable(const BindingPlan& p, int step) const {
+  constexpr int64_t kStackMaxElems = int64_t{1} << 15;
+  int64_t elems = 0;
+  for (int id : steps[step].lowered.stores) {
+    int64_t numel = 1;
+    for (int64_t d : p.shapes[id]) numel *= d;
+    elems += numel;
+  }
+  return elems < kStackMaxElems;
+}
+
+Status Executable::Impl::run_stacked(const std::vector<int>& stack,
+                                     const std::vector<std::vector<TensorArg>>& in,
+                                     const std::vector<std::vector<TensorArg>>& out,
+                                     const BindingPlan& p, std::vector<RunStats>* rs) const {
+  if (stack.empty()) return Status::ok();
+  std::vector<Status> sts(stack.size());
+  int parts = std::min<int>(base::hardware_threads(), static_cast<int>(stack.size()));
+  if (options.num_threads > 0) parts = std::min(parts, options.num_threads);
+  base::parallel_for(parts, [&](int part) {
+    for (size_t i = part; i < stack.size(); i += parts) {
+      int s = stack[i];
+      sts[i] = steps[s].kernel->run(in[s], out[s], p.params[s], &(*rs)[s]);
+    }
+  });
+  for (const Status& s : sts) DVM_RETURN_IF_ERROR(s);
+  return Status::ok();
+}
+
 // ---------------------------------------------------------------------------------------------
 // One call.
 
@@ -508,6 +588,7 @@ StatusOr<std::shared_ptr<Executable>> Executable::compile(const Graph& graph,
   for (const auto& [name, range] : x.g->symbols) x.symbols.push_back(name);
   DVM_RETURN_IF_ERROR(x.lower_all());
   x.plan_memory();
+  x.plan_waves();
   return exe;
 }
 
@@ -555,21 +636,37 @@ Status Executable::run(std::span<const TensorArg> inputs, std::span<const Tensor
   }
   std::vector<char> prepared(n, 0);
   if (status.is_ok() && fresh) status = x.encode_concurrently(ins, outs, *p, &st, &prepared);
-  for (size_t s = 0; s < n && status.is_ok(); ++s) {
-    const Step& step = x.steps[s];
-    if (step.kind == KernelKind::kNative) {
-      status = run_native(x, cs, step.native_node);
-      ++st.native_launched;
-      continue;
-    }
-    RunStats rs;
-    status = step.kernel->run(ins[s], outs[s], p->params[s], &rs);
+  std::vector<RunStats> rs(n);
+  auto account = [&](size_t s) {
     ++st.kernels_launched;
     if (!prepared[s]) {
-      (rs.cache_hit ? st.cache_hits : st.programs_encoded)++;
-      st.encode_us += rs.encode_us;
+      (rs[s].cache_hit ? st.cache_hits : st.programs_encoded)++;
+      st.encode_us += rs[s].encode_us;
     }
-    st.bytes_moved += rs.bytes_moved;
+    st.bytes_moved += rs[s].bytes_moved;
+  };
+  std::vector<int> small;
+  for (size_t w = 0; w < x.waves.size() && status.is_ok(); ++w) {
+    small.clear();
+    for (int s : x.waves[w]) {
+      if (x.steps[s].kernel && x.stackable(*p, s)) small.push_back(s);
+    }
+    if (small.size() < 2) small.clear();
+    status = x.run_stacked(small, ins, outs, *p, &rs);
+    for (int s : small) account(s);
+    st.kernels_stacked += static_cast<int>(small.size());
+    for (int s : x.waves[w]) {
+      if (!status.is_ok()) break;
+      if (std::find(small.begin(), small.end(), s) != small.end()) continue;
+      const Step& step = x.steps[s];
+      if (step.kind == KernelKind::kNative) {
+        status = run_native(x, cs, step.native_node);
+        ++st.native_launched;
+        continue;
+      }
+      status = step.kernel->run(ins[s], outs[s], p->params[s], &rs[s]);
+      account(s);
+    }
   }
   // Outputs that are inputs, or the same value listed twice, are copied.
   for (size_t k = 0; k < outputs.size() && status.is_ok(); ++k) {
@@ -622,6 +719,16 @@ std::vector<DType> Executable::output_dtypes() const {
 std::string Executable::fusion_report() const {
   std::string s = fuser::fusion_report(*impl_->g, impl_->plan);
   s += "buffers: " + std::to_string(impl_->slot_buffers.size()) + " arena slots\n";
+  s += "waves (independent kernels; small ones launch side by side):";
+  for (const std::vector<int>& w : impl_->waves) {
+    s += " [";
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (i) s += ' ';
+      s += std::to_string(w[i]);
+    }
+    s += ']';
+  }
+  s += '\n';
   return s;
 }
 
