@@ -80,10 +80,10 @@ std::map<std::string, int64_t> bind(const PyExecutable& x, nb::handle inputs) {
 std::string stats_repr(const GraphRunStats& s) {
   std::ostringstream os;
   os << "GraphRunStats(kernels_launched=" << s.kernels_launched
-     << ", native_launched=" << s.native_launched << ", programs_encoded=" << s.programs_encoded
-     << ", cache_hits=" << s.cache_hits << ", encode_us=" << s.encode_us
-     << ", bind_us=" << s.bind_us << ", bytes_moved=" << s.bytes_moved
-     << ", peak_bytes=" << s.peak_bytes << ")";
+     << ", native_launched=" << s.native_launched << ", kernels_stacked=" << s.kernels_stacked
+     << ", programs_encoded=" << s.programs_encoded << ", cache_hits=" << s.cache_hits
+     << ", encode_us=" << s.encode_us << ", bind_us=" << s.bind_us
+     << ", bytes_moved=" << s.bytes_moved << ", peak_bytes=" << s.peak_bytes << ")";
   return os.str();
 }
 
@@ -199,6 +199,7 @@ void bind_executable(nb::module_& m) {
       .def(nb::init<>())
       .def_ro("kernels_launched", &GraphRunStats::kernels_launched)
       .def_ro("native_launched", &GraphRunStats::native_launched)
+      .def_ro("kernels_stacked", &GraphRunStats::kernels_stacked)
       .def_ro("programs_encoded", &GraphRunStats::programs_encoded)
       .def_ro("cache_hits", &GraphRunStats::cache_hits)
       .def_ro("encode_us", &GraphRunStats::encode_us)
