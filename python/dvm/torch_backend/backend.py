@@ -64,19 +64,27 @@ def dvm_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """torch.compile(model, backend="dvm")."""
     if kwargs:
         log.warning("dvm backend ignores options %s", sorted(kwargs))
-    bump("dynamo_graphs")
     name = f"g{next(_counter)}"
     backend = aot_autograd(
         fw_compiler=functools.partial(_fw_compiler, graph_name=name),
         bw_compiler=functools.partial(_bw_compiler, graph_name=name + "_bw"),
         decompositions=decompositions(),
     )
-    return backend(gm, example_inputs)
+    try:
+        compiled = backend(gm, example_inputs)
+    except Exception as e:
+        # e.g. TensorifyScalarRestartAnalysis: Dynamo re-traces and calls again (no recompile)
+        bump("backend_restarts")
+        log.debug("dvm: %s: backend call ended by %s", name, type(e).__name__)
+        raise
+    bump("dynamo_graphs")
+    return compiled
 
 
 def stats() -> dict[str, int]:
-    """Counters since import (or reset_stats()): dynamo_graphs (backend calls = Dynamo
-    compiles), aot_graphs, dvm_partitions, dvm_nodes, fallback_nodes, partition_fallbacks,
+    """Counters since import (or reset_stats()): dynamo_graphs (graphs Dynamo compiled with
+    this backend; a call that Dynamo restarts, e.g. to tensorify a float, is counted in
+    backend_restarts instead), aot_graphs, dvm_partitions, dvm_nodes, fallback_nodes, partition_fallbacks,
     runtime_fallbacks, backward_graphs."""
     return dict(STATS)
 
