@@ -481,6 +481,32 @@ TEST(Executable, IndependentSmallKernelsAreStacked) {
   }
 }
 
+TEST(Executable, ExpandedConstantsAreInlinedOrFilled) {
+  GraphBuilder gb("fills");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 4});
+  Tensor full = gb.expand(gb.constant(2.5), {s, 4});  // torch.full((S, 4), 2.5)
+  gb.output("y", gb.mul(x, full));                    // inlined into the kernel
+  gb.output("full", full);                            // an output: a native fill
+  gb.output("ones", gb.expand(gb.constant(1, DType::kI64), {3, s}));
+  gb.output("c", gb.constant(7));
+  auto exe = compile_or_die(*gb.build());
+  ASSERT_TRUE(exe);
+  std::mt19937 rng(13);
+  for (int64_t n : {1, 6}) {
+    std::vector<HostTensor> in = {random_host(DType::kF32, {n, 4}, rng)};
+    auto out = run_graph(*exe, in);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string() << exe->fusion_report();
+    for (int64_t i = 0; i < n * 4; ++i) {
+      EXPECT_FLOAT_EQ((*out)[0].at(i), 2.5 * in[0].at(i));
+      EXPECT_EQ((*out)[1].at(i), 2.5);
+    }
+    EXPECT_EQ((*out)[2].shape, (std::vector<int64_t>{3, n}));
+    for (int64_t i = 0; i < 3 * n; ++i) EXPECT_EQ((*out)[2].at(i), 1);
+    EXPECT_EQ((*out)[3].at(0), 7);
+  }
+}
+
 TEST(Executable, BadInputsAreStatusErrors) {
   auto exe = compile_or_die(residual_layernorm_graph());
   std::mt19937 rng(5);

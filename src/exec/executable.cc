@@ -469,6 +469,7 @@ class CallState {
   StatusOr<TensorArg> resolve(int id);
   StatusOr<TensorArg> resolve_load(const fuser::LoadSpec& l);
   TensorArg storage(int id);
+  const SymBindings& bindings() const { return p_.bindings; }
 
  private:
   StatusOr<TensorArg> view_of(int id, int src);
@@ -554,6 +555,22 @@ Status run_native(const Executable::Impl& x, CallState& cs, int id) {
     case GraphOp::kIota:
       exec::iota(out, n.axis);
       return Status::ok();
+    case GraphOp::kConstant:
+    case GraphOp::kBroadcast:
+    case GraphOp::kReshape:
+    case GraphOp::kPermute:
+    case GraphOp::kSlice: {  // a constant, or a view of one: fill
+      int root = id;
+      while (x.g->nodes[root].op != GraphOp::kConstant) root = x.g->nodes[root].inputs[0];
+      const Node& c = x.g->nodes[root];
+      double v = c.value;
+      if (!c.sym.empty()) {
+        DVM_ASSIGN_OR_RETURN(int64_t e, c.sym[0].evaluate(cs.bindings()));
+        v = static_cast<double>(e);
+      }
+      exec::fill(out, v);
+      return Status::ok();
+    }
     case GraphOp::kIndexSelect:
     case GraphOp::kGather: {
       DVM_ASSIGN_OR_RETURN(TensorArg src, cs.resolve(n.inputs[0]));

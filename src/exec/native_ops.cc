@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "vm/scalar_ops.h"
+
 namespace dvm::exec {
 
 namespace {
@@ -162,6 +164,48 @@ void iota(const TensorArg& out, int axis) {
         }
       }
     }
+  });
+}
+
+void fill(const TensorArg& out, double value) {
+  std::vector<int64_t> so = strides_of(out);
+  char bytes[8] = {};
+  switch (out.dtype) {
+    case DType::kF32: {
+      float f = static_cast<float>(value);
+      std::memcpy(bytes, &f, 4);
+      break;
+    }
+    case DType::kF16: {
+      uint16_t h = vm::f32_to_f16_bits(static_cast<float>(value));
+      std::memcpy(bytes, &h, 2);
+      break;
+    }
+    case DType::kBF16: {
+      uint16_t h = vm::f32_to_bf16_bits(static_cast<float>(value));
+      std::memcpy(bytes, &h, 2);
+      break;
+    }
+    case DType::kI32: {
+      int32_t i = static_cast<int32_t>(value);
+      std::memcpy(bytes, &i, 4);
+      break;
+    }
+    case DType::kI64: {
+      int64_t i = static_cast<int64_t>(value);
+      std::memcpy(bytes, &i, 8);
+      break;
+    }
+    case DType::kBool:
+      bytes[0] = value != 0;
+      break;
+  }
+  int64_t es = dtype_size(out.dtype);
+  int64_t inner = out.shape.empty() ? 1 : out.shape.back();
+  int64_t step = out.shape.empty() ? 0 : so.back();
+  for_each_row(out.shape, [&](const std::vector<int64_t>& idx) {
+    char* p = elem_ptr(out, dot(idx, so));
+    for (int64_t j = 0; j < inner; ++j) std::memcpy(p + j * step * es, bytes, es);
   });
 }
 

@@ -18,5 +18,7 @@ Status gather(const std::string& where, const TensorArg& x, const TensorArg& ind
               const TensorArg& out);
 // out = index along `axis`, in out's dtype.
 void iota(const TensorArg& out, int axis);
+// out = value everywhere, converted to out's dtype as a store would.
+void fill(const TensorArg& out, double value);
 
 }  // namespace dvm::exec

@@ -101,8 +101,9 @@ void Fuser::classify() {
     } else if (nd.op == GraphOp::kConstant) {
       plan_.role[i] = is_output[i] ? Role::kCompute : Role::kScalar;
     } else if (is_view_op(nd.op) && !is_output[i]) {
-      plan_.role[i] = Role::kView;
-      if (plan_.role[nd.inputs[0]] == Role::kScalar) plan_.role[i] = Role::kCompute;
+      // A view of a scalar (expand(constant), torch.full) is a scalar everywhere: inlined into
+      // its consumers' kernels like the constant itself.
+      plan_.role[i] = plan_.role[nd.inputs[0]] == Role::kScalar ? Role::kScalar : Role::kView;
     }
     // A reshape of a permuted, sliced or broadcast view is not a strided view in general
     // (merging dims needs them contiguous): materialise the view it reads (a copy kernel) so
@@ -247,10 +248,12 @@ void Fuser::join(int c, int p, const std::vector<int>& views) {
 int Fuser::new_group(int c, const std::string& why) {
   const Node& n = node(c);
   Group grp;
-  grp.kind = n.op == GraphOp::kMatMul                           ? KernelKind::kCube
-             : graph::op_class(n.op) == graph::OpClass::kNative ? KernelKind::kNative
-             : is_view_op(n.op) || n.op == GraphOp::kConstant   ? KernelKind::kCopy
-                                                                : KernelKind::kVector;
+  bool fill =
+      n.op == GraphOp::kConstant || (is_view_op(n.op) && plan_.role[n.inputs[0]] == Role::kScalar);
+  grp.kind = n.op == GraphOp::kMatMul                                   ? KernelKind::kCube
+             : fill || graph::op_class(n.op) == graph::OpClass::kNative ? KernelKind::kNative
+             : is_view_op(n.op) || n.op == GraphOp::kConstant           ? KernelKind::kCopy
+                                                                        : KernelKind::kVector;
   grp.domain = domain_of(c);
   if (n.op == GraphOp::kReduce) {
     grp.has_reduce = true;
@@ -284,6 +287,11 @@ void Fuser::assign(int c) {
   }
   if (graph::op_class(n.op) == graph::OpClass::kNative) {
     new_group(c, "data-dependent addressing runs natively");
+    return;
+  }
+  if (n.op == GraphOp::kConstant ||
+      (is_view_op(n.op) && plan_.role[n.inputs[0]] == Role::kScalar)) {
+    new_group(c, "an output filled with a constant (a native fill)");
     return;
   }
   if (n.op == GraphOp::kConcat || is_view_op(n.op)) {

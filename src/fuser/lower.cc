@@ -91,11 +91,20 @@ Value Lowerer::value_of(int id) {
   const Node& n = node(id);
   Value v;
   if (plan_.role[id] == Role::kScalar) {
-    if (!n.sym.empty()) {
-      v = kb_.param(value_name(static_cast<int>(out_.params.size()), 'p'), n.dtype);
-      out_.params.push_back(n.sym[0]);
+    int root = id;
+    while (node(root).op != GraphOp::kConstant) root = node(root).inputs[0];
+    const Node& c = node(root);
+    if (!c.sym.empty()) {
+      v = kb_.param(value_name(static_cast<int>(out_.params.size()), 'p'), c.dtype);
+      out_.params.push_back(c.sym[0]);
     } else {
-      v = kb_.constant(n.value, n.dtype);
+      v = kb_.constant(c.value, c.dtype);
+    }
+    // A broadcast scalar: spell out its shape when the kernel knows the dims; otherwise the
+    // consumer's own broadcasting gives the shape (checked against the graph at run time).
+    std::vector<Dim> dims;
+    if (root != id && !n.shape.empty() && target_dims(n.shape, false, &dims)) {
+      v = kb_.broadcast(v, dims);
     }
   } else {
     v = load(id, false);
