@@ -25,6 +25,7 @@ const EnvKnobs& env() {
     k.dump_bytecode = flag("DVM_DUMP_BYTECODE");
     k.dump_ir = flag("DVM_DUMP_IR");
     k.num_threads = integer("DVM_NUM_THREADS");
+    k.lazy_dump = flag("DVM_LAZY_DUMP");
     return k;
   }();
   return knobs;
