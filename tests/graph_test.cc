@@ -528,6 +528,13 @@ TEST(Executable, BadInputsAreStatusErrors) {
   EXPECT_NE(r.status().message().find("dtype"), std::string::npos) << r.status().message();
   in.pop_back();
   EXPECT_FALSE(run_graph(*exe, in).is_ok());
+  // An output overlapping an input.
+  in = inputs_for("residual_layernorm", 4, rng);
+  std::vector<TensorArg> args;
+  for (HostTensor& h : in) args.push_back(h.arg());
+  Status st = exe->run(args, {&args[0], 1});
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("overlaps the memory of input 0"), std::string::npos) << st.message();
 }
 
 TEST(Executable, OutOfRangeIndexIsAnError) {

@@ -192,7 +192,9 @@ class Executable {
   ~Executable();
 
   // Runs the graph. Inputs in declaration order (any strides); outputs caller-allocated with
-  // the shapes output_shapes() returns, not overlapping the inputs.
+  // the shapes output_shapes() returns. An output overlapping an input or another output is
+  // an error (graphs declare no aliases). If a native op fails mid-run (an index out of
+  // range), outputs written by earlier kernels keep their values.
   Status run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
              GraphRunStats* stats = nullptr) const;
   // Binds the symbols from the input shapes and returns the output shapes.
