@@ -44,8 +44,8 @@ struct SymNode;
 
 class SymExpr {
  public:
-  SymExpr();                   // the constant 0
-  SymExpr(int64_t constant);   // NOLINT: implicit, so shapes read {s0, 768}
+  SymExpr();                  // the constant 0
+  SymExpr(int64_t constant);  // NOLINT: implicit, so shapes read {s0, 768}
   // `name` must be an identifier and range.lo <= range.hi (DVM_CHECKed).
   static SymExpr symbol(std::string_view name, SymRange range = {});
 
