@@ -10,11 +10,13 @@ dynamic=True; torch.compile with backend="dvm", dynamic=None and dynamic=True), 
 
 - total: wall time of one pass over the stream of distinct sequence lengths (first calls, so
   it includes every compilation and recompilation);
-- steady: per length, the median of --reps further calls; reported as the median over lengths
-  and as the geometric mean of eager/config ratios ("speedup vs eager");
+- steady: per length, the median of --reps further calls, interleaved across configurations
+  (each rep calls every configuration in turn at each length, so a shared machine's load hits
+  all alike); reported as the median over lengths and as the geometric mean of eager/config
+  ratios ("x eager");
 - compiles: graphs Dynamo compiled (torch._dynamo counters "unique_graphs");
 - peak memory: the largest resident-set growth (RSS, sampled every 2 ms by a thread) over the
-  config's total + steady runs, relative to the RSS before it (MiB). RSS counts torch's and
+  config's first pass (compiles included), relative to the RSS before it (MiB). RSS counts torch's and
   DVM's C++ allocations, which tracemalloc cannot see; freed pages may stay resident, so
   read it as an upper bound.
 
@@ -137,45 +139,52 @@ def make_configs(no_inductor):
 
 
 def bench_model(name, model, make_input, lengths, configs, reps):
-    rows = []
-    eager_steady = None
-    for cfg_name, kw in configs:
-        torch._dynamo.reset()
-        fn = model if kw is None else torch.compile(model, **kw)
-        inputs = {t: make_input(t) for t in lengths}
+    """Phase 1, per config in turn: one pass over the stream (total time, compiles, peak RSS).
+    Phase 2, interleaved: for each rep and length, one call of every config in turn, so the
+    load of a shared machine hits all configs alike; steady = median over reps per length."""
+    inputs = {t: make_input(t) for t in lengths}
+    fns, rows = {}, []
+    torch._dynamo.reset()
+    for i, (cfg_name, kw) in enumerate(configs):
+        if kw is None:
+            fn = model
+        else:
+            # a fresh code object per config: Dynamo's caches and automatic-dynamic state are
+            # per code object, so configs do not share compiled graphs or size history
+            code = compile("lambda x: m(x)", f"<{name}:{cfg_name}>", "eval")
+            fn = torch.compile(eval(code, {"m": model}), **kw)  # noqa: S307
         g0 = unique_graphs()
         with torch.no_grad(), PeakRss() as mem:
             t0 = time.perf_counter()
             for t in lengths:
                 fn(inputs[t])
             total = time.perf_counter() - t0
-            compiles = unique_graphs() - g0
-            steady = {}
+        fns[cfg_name] = fn
+        rows.append(dict(model=name, config=cfg_name, total_s=total,
+                         compiles=unique_graphs() - g0, peak_rss_mib=mem.mib))
+        print(f"  {name:>10} | {cfg_name:<18} | total {total:8.2f} s | "
+              f"compiles {rows[-1]['compiles']:2d} | peak RSS +{mem.mib:7.1f} MiB", flush=True)
+    g1 = unique_graphs()
+    times = {c: {t: [] for t in lengths} for c in fns}
+    with torch.no_grad():
+        for _ in range(reps):
             for t in lengths:
-                ts = []
-                for _ in range(reps):
+                for c, fn in fns.items():
                     s = time.perf_counter()
                     fn(inputs[t])
-                    ts.append(time.perf_counter() - s)
-                steady[t] = statistics.median(ts)
-        compiles_after = unique_graphs() - g0
-        row = dict(model=name, config=cfg_name, total_s=total, compiles=compiles,
-                   recompiles_in_steady=compiles_after - compiles,
-                   steady_median_ms=1e3 * statistics.median(steady.values()),
-                   steady_ms={str(t): 1e3 * v for t, v in steady.items()},
-                   peak_rss_mib=mem.mib)
-        if cfg_name == "eager":
-            eager_steady = steady
-        if eager_steady is not None:
-            row["speedup_vs_eager_geomean"] = math.exp(statistics.fmean(
-                math.log(eager_steady[t] / steady[t]) for t in lengths))
-        rows.append(row)
-        print(f"  {name:>10} | {cfg_name:<18} | total {total:8.2f} s | compiles {compiles:2d} | "
-              f"steady median {row['steady_median_ms']:8.2f} ms | "
-              f"x eager {row.get('speedup_vs_eager_geomean', 1.0):5.2f} | "
-              f"peak RSS +{mem.mib:7.1f} MiB", flush=True)
-        del fn
-    # correctness spot check: DVM vs eager at one length
+                    times[c][t].append(time.perf_counter() - s)
+    recompiles = unique_graphs() - g1
+    eager = {t: statistics.median(v) for t, v in times["eager"].items()}
+    for row in rows:
+        steady = {t: statistics.median(v) for t, v in times[row["config"]].items()}
+        row["steady_ms"] = {str(t): 1e3 * v for t, v in steady.items()}
+        row["steady_median_ms"] = 1e3 * statistics.median(steady.values())
+        row["speedup_vs_eager_geomean"] = math.exp(statistics.fmean(
+            math.log(eager[t] / steady[t]) for t in lengths))
+        print(f"  {name:>10} | {row['config']:<18} | steady median "
+              f"{row['steady_median_ms']:8.2f} ms | x eager "
+              f"{row['speedup_vs_eager_geomean']:5.2f}", flush=True)
+    rows[0]["recompiles_in_steady_phase_all_configs"] = recompiles
     return rows
 
 
