@@ -14,6 +14,8 @@ dynamic=True; torch.compile with backend="dvm", dynamic=None and dynamic=True), 
   (each rep calls every configuration in turn at each length, so a shared machine's load hits
   all alike); reported as the median over lengths and as the geometric mean of eager/config
   ratios ("x eager");
+- overhead: total minus the sum of the steady-state latencies of the stream's lengths (what
+  compiling, recompiling and first-shape work cost);
 - compiles: graphs Dynamo compiled (torch._dynamo counters "unique_graphs");
 - peak memory: the largest resident-set growth (RSS, sampled every 2 ms by a thread) over the
   config's first pass (compiles included), relative to the RSS before it (MiB). RSS counts torch's and
@@ -179,6 +181,9 @@ def bench_model(name, model, make_input, lengths, configs, reps):
         steady = {t: statistics.median(v) for t, v in times[row["config"]].items()}
         row["steady_ms"] = {str(t): 1e3 * v for t, v in steady.items()}
         row["steady_median_ms"] = 1e3 * statistics.median(steady.values())
+        # what the first pass cost beyond running each length once at steady-state speed:
+        # compilation, recompilation, first-shape encoding, warm-up
+        row["overhead_s"] = row["total_s"] - sum(steady.values())
         row["speedup_vs_eager_geomean"] = math.exp(statistics.fmean(
             math.log(eager[t] / steady[t]) for t in lengths))
         print(f"  {name:>10} | {row['config']:<18} | steady median "
@@ -300,11 +305,12 @@ def main():
         json.dump(res, f, indent=1)
     ppath = os.path.join(a.out, "torch_bench.png")
     plot(rows, ppath)
-    print("\n| model | config | total s | compiles | steady median ms | steady x eager "
-          "| peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| model | config | total s | overhead s | compiles | steady median ms | "
+          "steady x eager | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['config']} | {r['total_s']:.2f} | {r['compiles']} | "
+        print(f"| {r['model']} | {r['config']} | {r['total_s']:.2f} | {r['overhead_s']:.2f} | "
+              f"{r['compiles']} | "
               f"{r['steady_median_ms']:.2f} | {r.get('speedup_vs_eager_geomean', 1):.2f} | "
               f"{r['peak_rss_mib']:.0f} |")
     for m in dict.fromkeys(r["model"] for r in rows):
