@@ -198,6 +198,8 @@ class WeakTensor {
 // Ops. Same semantics as the GraphBuilder ops of include/dvm/graph.h (numpy broadcasting, the
 // promotion lattice of include/dvm/dtype.h), on concrete shapes.
 
+// A rank-0 constant (its value is part of the plan key, like the scalars of binary()).
+Tensor scalar(double value, DType dtype = DType::kF32);
 Tensor unary(UnaryOp op, const Tensor& x);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor binary(BinaryOp op, const Tensor& a, double scalar);

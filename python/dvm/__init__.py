@@ -63,6 +63,7 @@ from ._dvm import (
 from ._arrays import dtype_of, empty, numpy_dtype, torch_dtype
 from ._call import compile
 from . import _graph  # noqa: F401  (installs Executable.__call__)
+from . import lazy  # dvm.lazy(): the PyTorch lazy mode; dvm.lazy.Tensor: lazy tensors
 
 __version__ = "0.1.0"
 
@@ -105,6 +106,7 @@ __all__ = [
     "empty",
     "is_float",
     "is_integer",
+    "lazy",
     "numpy_dtype",
     "promote_types",
     "reduce_op_name",

@@ -79,5 +79,6 @@ void bind_kernel(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_sym(nb::module_& m);
 void bind_graph(nb::module_& m);
+void bind_lazy(nb::module_& m);
 
 }  // namespace dvm::python

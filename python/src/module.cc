@@ -9,4 +9,5 @@ NB_MODULE(_dvm, m) {
   dvm::python::bind_runtime(m);
   dvm::python::bind_sym(m);
   dvm::python::bind_graph(m);
+  dvm::python::bind_lazy(m);
 }

@@ -370,6 +370,10 @@ NodePtr unary_node(GraphOp op, const Tensor& x) {
 
 }  // namespace
 
+Tensor scalar(double value, DType dtype) {
+  return constant(value, dtype);
+}
+
 Tensor unary(UnaryOp op, const Tensor& x) {
   NodePtr n = unary_node(GraphOp::kUnary, x);
   n->sub = static_cast<int>(op);

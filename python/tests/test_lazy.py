@@ -1,0 +1,357 @@
+"""Lazy mode (dvm.lazy): torch programs recorded into DVM traces against eager PyTorch; every
+flush trigger; aliases and in-place hazards; autograd exclusion; dead intermediates; the plan
+cache across shapes; the lazy tensor API on numpy arrays."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+import dvm
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+L = dvm.lazy
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    L.sync()
+    L.set_options(L.Options())
+    L.clear_plan_cache()
+    L.reset_stats()
+    yield
+    L.sync()
+    L.set_options(L.Options())
+
+
+def reasons():
+    return L.stats().flushes_by_reason
+
+
+# ---------------------------------------------------------------------------------------------
+# Random programs against eager
+
+
+def random_program(seed, rows, cols):
+    r = random.Random(seed)
+
+    def prog(x, y, b):
+        pool = [x, y, b]
+        full = [x, y]
+        for _ in range(12):
+            k = r.randrange(12)
+            a = r.choice(pool)
+            f = r.choice(full)
+            if k == 0:
+                out = r.choice([torch.tanh, torch.sigmoid, torch.relu, torch.neg, torch.abs])(a)
+            elif k == 1:
+                out = r.choice([torch.add, torch.sub, torch.mul, torch.maximum])(a, r.choice(pool))
+            elif k == 2:
+                out = a * 0.5 - 0.25
+            elif k == 3:
+                out = F.softmax(f, dim=r.choice([0, -1]))
+            elif k == 4:
+                out = F.layer_norm(f, (cols,))
+            elif k == 5:
+                out = f.sum(dim=r.choice([0, 1]), keepdim=True) / cols
+            elif k == 6:
+                out = (f @ f.t() / (rows * cols)) @ f
+            elif k == 7:
+                out = f.t().contiguous().view(cols, rows).t()
+            elif k == 8:
+                out = torch.cat([f[:, cols // 2:], f[:, : cols // 2]], dim=1)
+            elif k == 9:
+                out = torch.where(a > 0, f, a)
+            elif k == 10:
+                out = F.gelu(f, approximate=r.choice(["none", "tanh"]))
+            else:
+                out = f.masked_fill(f < -0.5, -1.0) + f.amax(dim=-1, keepdim=True)
+            pool.append(out)
+            if out.shape == (rows, cols):
+                full.append(out)
+        return pool
+
+    return prog
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_match_eager(seed):
+    rows, cols = 3 + seed % 5, 2 * (2 + seed % 4)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g)
+    y = torch.randn(rows, cols, generator=g)
+    b = torch.randn(cols, generator=g)
+    with torch.no_grad():
+        want = random_program(seed, rows, cols)(x, y, b)
+        with L():
+            got = random_program(seed, rows, cols)(x, y, b)
+            assert L.pending_ops() > 0
+    assert L.stats().flushes == 1
+    for w, v in zip(want, got):
+        assert v.shape == w.shape and v.dtype == w.dtype
+        torch.testing.assert_close(v, w, rtol=2e-4, atol=2e-4)
+
+
+def test_gpt_block_and_dtypes():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 7, 32, generator=g)
+    lin = torch.nn.Linear(32, 96)
+    ids = torch.tensor([[1, 5, 2], [0, 3, 3]])
+    emb = torch.randn(10, 32, generator=g)
+
+    def prog(x):
+        q, k, v = lin(F.layer_norm(x, (32,))).split(32, dim=2)
+        q = q.view(2, 7, 4, 8).transpose(1, 2)
+        k = k.view(2, 7, 4, 8).transpose(1, 2)
+        v = v.view(2, 7, 4, 8).transpose(1, 2)
+        mask = torch.tril(torch.ones(7, 7)).view(1, 1, 7, 7)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(8))
+        att = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(2, 7, 32)
+        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        e = F.embedding(ids, emb)
+        h = x.to(torch.bfloat16).float() + y + x.pow(2) * 0.1 + torch.sqrt(x.abs())
+        return [y, sdpa, e, h, h.argmax(-1), h.mean(), (h > 0).sum(-1), x.var(-1), x.std(-1)]
+
+    with torch.no_grad():
+        want = prog(x)
+        with L():
+            got = prog(x)
+    for w, v in zip(want, got):
+        assert v.dtype == w.dtype
+        torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Flush triggers
+
+
+def test_observations_flush():
+    x = torch.randn(4, 5)
+    want = float((x * 2).sum())
+    want_list = (x + 1).flatten().tolist()
+    with torch.no_grad(), L():
+        y = (x * 2).sum()
+        assert L.is_pending(y)
+        assert y.item() == pytest.approx(want, rel=1e-5)
+        assert reasons()["observe"] == 1
+        z = x + 1
+        assert L.is_pending(z)
+        assert sum(z.tolist(), []) == pytest.approx(want_list)
+        w = x - 1
+        np.testing.assert_allclose(w.numpy(), x.numpy() - 1)
+        s = torch.tanh(x)
+        assert "tensor(" in str(s)
+        b = x.amax() > 0
+        if b:  # data-dependent control flow: __bool__
+            pass
+        assert reasons()["observe"] >= 4 and L.stats().flushes >= 5
+        assert not L.is_pending(s)
+
+
+def test_unsupported_op_flushes_and_runs_in_torch():
+    x = torch.randn(6)
+    with torch.no_grad(), L():
+        y = x * 3
+        c = torch.cumsum(y, 0)  # not a DVM op
+        assert not L.is_pending(y)
+        assert reasons()["unsupported"] == 1
+    torch.testing.assert_close(c, torch.cumsum(x * 3, 0))
+
+
+def test_sync_size_bound_and_exit():
+    x = torch.randn(8)
+    with torch.no_grad(), L(max_trace_ops=6):
+        y = x
+        for _ in range(20):
+            y = y * 1.01 + 0.5
+            assert L.pending_ops() <= 6
+        assert reasons()["size_bound"] >= 5
+        z = y - 1
+        L.sync()
+        assert not L.is_pending(z)
+        u = z * 2
+    assert not L.is_pending(u)  # leaving the mode flushed
+    want = x
+    for _ in range(20):
+        want = want * 1.01 + 0.5
+    torch.testing.assert_close(u, (want - 1) * 2)
+
+
+def test_decorator():
+    @L
+    def f(x):
+        return torch.relu(x) * 2
+
+    @L(max_trace_ops=100)
+    def g(x):
+        return torch.sigmoid(x)
+
+    x = torch.randn(5)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), torch.relu(x) * 2)
+        torch.testing.assert_close(g(x), torch.sigmoid(x))
+    assert L.stats().flushes == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Aliases and in-place hazards
+
+
+def test_inplace_write_to_a_leaf_flushes_its_readers():
+    x = torch.ones(4)
+    with torch.no_grad(), L():
+        y = x * 2  # reads x at the flush
+        x.add_(10)  # must not be seen by y
+        assert reasons()["write"] == 1
+        z = x * 2
+    torch.testing.assert_close(y, torch.full((4,), 2.0))
+    torch.testing.assert_close(z, torch.full((4,), 22.0))
+
+
+def test_inplace_on_pending_and_through_views():
+    x = torch.arange(12.0).view(3, 4)
+    with torch.no_grad(), L():
+        y = x + 1
+        v = y[:, 1]  # a view of a pending value
+        assert L.is_pending(v)
+        y.mul_(2)  # in place on pending: flushed first, then run in torch
+        w = v * 1  # the view sees the in-place write
+        y[0, 0] = -5.0
+        s = y.sum()
+    want = (x + 1) * 2
+    torch.testing.assert_close(w, want[:, 1])
+    want[0, 0] = -5.0
+    torch.testing.assert_close(s, want.sum())
+
+
+def test_views_of_pending_values_are_tracked_exactly():
+    x = torch.randn(2, 3, 4)
+    with torch.no_grad(), L():
+        y = torch.tanh(x)
+        a = y.transpose(0, 2)  # pending view
+        b = y.view(6, 4)[1:5:2]  # view of a view, strided slice
+        c = y.permute(2, 0, 1).reshape(4, 6)  # reshape of a permute: a copy
+        d = y.unsqueeze(0).expand(3, 2, 3, 4)
+        e, f = y.split([1, 2], dim=1)
+        out = a.sum() + b.sum() + c[1].sum() + d.sum() + e.sum() * f.mean()
+        del y  # the views keep the storage
+        assert L.is_pending(out)
+        r = out.item()
+        assert reasons()["observe"] == 1
+    t = torch.tanh(x)
+    want = t.transpose(0, 2).sum() + t.view(6, 4)[1:5:2].sum() + t.permute(2, 0, 1).reshape(4, 6)[1].sum() \
+        + t.unsqueeze(0).expand(3, 2, 3, 4).sum() + t[:, :1].sum() * t[:, 1:].mean()
+    assert r == pytest.approx(float(want), rel=1e-5)
+    torch.testing.assert_close(a, t.transpose(0, 2))
+    torch.testing.assert_close(b, t.view(6, 4)[1:5:2])
+
+
+def test_copy_into_a_real_tensor_and_out_args():
+    cache = torch.zeros(2, 6)
+    x = torch.randn(2, 3)
+    with torch.no_grad(), L():
+        k = x * 3
+        cache[:, :3] = k  # copy_ reads a pending value: flushed first
+        other = torch.empty(2, 3)
+        torch.mul(x, 2, out=other)  # out= runs in torch
+        y = cache.sum(1)
+    torch.testing.assert_close(cache[:, :3], x * 3)
+    torch.testing.assert_close(other, x * 2)
+    torch.testing.assert_close(y, (x * 3).sum(1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd is excluded
+
+
+def test_requires_grad_runs_eagerly():
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(5, 4)
+    with L():
+        h = torch.tanh(x * 2)  # no grad needed: recorded
+        assert L.is_pending(h)
+        y = (h @ w).relu().sum()  # needs grad: eager, h flushed first
+        assert not L.is_pending(y)
+        y.backward()
+    wr = w.detach().clone().requires_grad_(True)
+    (torch.tanh(x * 2) @ wr).relu().sum().backward()
+    torch.testing.assert_close(w.grad, wr.grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dead intermediates, plan cache
+
+
+def test_dead_intermediates_are_not_stored():
+    x = torch.randn(64, 32)
+    with torch.no_grad(), L():
+        y = x
+        for _ in range(8):
+            y = torch.tanh(y * 0.9 + 0.1)
+        dead = x * 5
+        del dead
+    s = L.stats()
+    assert s.values_stored == 1
+    assert s.bytes_stored == 64 * 32 * 4
+    assert s.intermediates_elided == 8 * 3 - 1  # 8 x (mul, add, tanh), y itself stored
+    assert s.ops_dropped == 2
+
+
+def test_plan_cache_hits_across_shapes():
+    ln = torch.nn.LayerNorm(48)
+    xs = [torch.randn(1, t, 48) for t in (5, 9, 17, 33, 7, 11)]
+    with torch.no_grad():
+        want = [F.softmax(ln(x) * 2, dim=-1).amax(-1) for x in xs]
+        with L():
+            got = [F.softmax(ln(x) * 2, dim=-1).amax(-1) for x in xs if L.sync() is None]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    s = L.stats()
+    assert s.plan_cache_misses == 1
+    assert s.plan_cache_hits == 5
+    assert s.programs_encoded > 0
+
+
+def test_gpt_greedy_decode_matches_eager():
+    import sys, os
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    from lazy_bench import GPT, greedy_decode
+
+    torch.manual_seed(0)
+    model = GPT(vocab=64, c=32, heads=2, layers=2, max_len=64).eval()
+    prompt = torch.randint(0, 64, (1, 5))
+    with torch.no_grad():
+        want, _ = greedy_decode(model, prompt, 6)
+        L.reset_stats()
+        with L():
+            got, _ = greedy_decode(model, prompt, 6)
+    assert got == want
+    s = L.stats()
+    assert s.plan_cache_misses == 1  # lengths 5..10: none equals a model dim
+    assert s.plan_cache_hits == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# The lazy tensor API (no torch)
+
+
+def test_lazy_tensor_api_on_numpy():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = L.Tensor.wrap(a)
+    y = L.softmax(x * 2.0 + 1.0, -1)
+    assert y.is_pending and y.shape == [2, 3] and y.dtype == dvm.DType.F32
+    e = np.exp(a * 2 + 1)
+    np.testing.assert_allclose(y.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+    assert not y.is_pending
+    s = L.reduce(dvm.ReduceOp.SUM, x, [])
+    assert s.item() == 15.0
+    with pytest.raises(dvm.DvmError, match="broadcast"):
+        x + L.Tensor.wrap(np.ones(4, np.float32))
+    w = L.WeakTensor(x * 3.0)
+    assert w.lock() is not None
+    L.sync()
+    assert w.lock() is None  # nothing held it: dropped, not stored
