@@ -295,6 +295,31 @@ TEST(Fusion, PatternsFuseAsDesigned) {
   }
 }
 
+TEST(Fusion, KernelsOfSiblingBranchesMerge) {
+  // x*2+b and x-1 each start a kernel (they read only inputs); their product merges them.
+  GraphBuilder gb("siblings");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 8});
+  Tensor b = gb.input("b", DType::kF32, {8});
+  Tensor left = gb.add(gb.binary(BinaryOp::kMul, x, 2.0), b);
+  Tensor right = gb.binary(BinaryOp::kSub, x, 1.0);
+  Tensor y = gb.mul(left, right);
+  // A branch reducing other axes cannot merge: it stays its own kernel.
+  Tensor col = gb.reduce(ReduceOp::kSum, gb.unary(UnaryOp::kExp, x), {0}, true);
+  gb.output("y", gb.add(y, gb.reduce(ReduceOp::kMax, y, {1}, true)));
+  gb.output("z", gb.mul(right, col));
+  Graph g = *gb.build();
+  auto exe = compile_or_die(g);
+  ASSERT_TRUE(exe);
+  EXPECT_EQ(kinds(*exe), "vector,vector") << exe->fusion_report();
+  EXPECT_NE(exe->fusion_report().find("merged with kernel"), std::string::npos);
+  std::mt19937 rng(14);
+  for (int64_t n : {1, 9}) {
+    expect_fused_matches_unfused(
+        g, {random_host(DType::kF32, {n, 8}, rng), random_host(DType::kF32, {8}, rng)});
+  }
+}
+
 TEST(Fusion, ReportSaysWhyKernelsStart) {
   auto exe = compile_or_die(gelu_mlp_graph());
   ASSERT_TRUE(exe);

@@ -72,6 +72,9 @@ class Fuser {
   int producer_group(int input, std::vector<int>* views) const;
   bool join_ok(int c, int p, std::string* why);
   void join(int c, int p, const std::vector<int>& views);
+  bool has_matmul(const Group& grp) const;
+  bool merge_ok(int q, int p) const;
+  void try_merge(int q, int p, int via);
   int new_group(int c, const std::string& why);
   std::vector<int> input_groups(int c) const;
   void add_deps(int group, int c);
@@ -313,11 +316,104 @@ void Fuser::assign(int c) {
     std::string reason;
     if (join_ok(c, p, &reason)) {
       join(c, p, views);
+      // The other producers' kernels may now merge into this one (c reads them all):
+      // (x*2 + b) * (x - 1) is one kernel, not two with x - 1 stored in between.
+      for (const auto& other : cands) {
+        if (other.first != p) try_merge(other.first, p, c);
+      }
       return;
     }
     why = "not fused with kernel " + std::to_string(p) + ": " + reason;
   }
   new_group(c, why);
+}
+
+bool Fuser::has_matmul(const Group& grp) const {
+  return grp.kind == KernelKind::kCube || grp.kind == KernelKind::kMix;
+}
+
+// Merging q into p is legal when both are vector/mix kernels over the same domain with
+// compatible reductions, at most one has a matmul (then the other has no reduction), neither
+// reads the other's values through a permute or slice, and no third kernel sits on a path
+// between them (the merged kernel would both feed and read it).
+bool Fuser::merge_ok(int q, int p) const {
+  const Group& a = plan_.groups[p];
+  const Group& b = plan_.groups[q];
+  auto vm_kind = [](KernelKind k) { return k != KernelKind::kNative && k != KernelKind::kCopy; };
+  if (b.nodes.empty() || !vm_kind(a.kind) || !vm_kind(b.kind)) return false;
+  if (!(a.domain == b.domain)) return false;
+  if (a.nodes.size() + b.nodes.size() > static_cast<size_t>(opt_.max_ops_per_kernel)) return false;
+  if (has_matmul(a) && has_matmul(b)) return false;
+  if ((has_matmul(a) && b.has_reduce) || (has_matmul(b) && a.has_reduce)) return false;
+  if (a.has_reduce && b.has_reduce && a.reduce_axes != b.reduce_axes) return false;
+  for (size_t r = 0; r < plan_.groups.size(); ++r) {
+    if (static_cast<int>(r) == p || static_cast<int>(r) == q) continue;
+    bool p_r_q = deps_[r].count(p) && deps_[q].count(static_cast<int>(r));
+    bool q_r_p = deps_[r].count(q) && deps_[p].count(static_cast<int>(r));
+    if (p_r_q || q_r_p) return false;
+  }
+  for (int side : {p, q}) {
+    int other = side == p ? q : p;
+    for (int id : plan_.groups[side].nodes) {
+      for (int i : node(id).inputs) {
+        int root = storage_root(g_, plan_, i);
+        if (plan_.role[root] != Role::kCompute || plan_.group_of[root] != other) continue;
+        std::vector<int> views;
+        if (producer_group(i, &views) != other) return false;
+      }
+    }
+  }
+  return true;
+}
+
+void Fuser::try_merge(int q, int p, int via) {
+  if (q == p || !merge_ok(q, p)) return;
+  Group& a = plan_.groups[p];
+  Group& b = plan_.groups[q];
+  for (int id : b.nodes) plan_.group_of[id] = p;
+  a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
+  // Views between the two halves become in-kernel views of the merged kernel.
+  std::vector<int> extra;
+  for (int id : a.nodes) {
+    for (int i : node(id).inputs) {
+      std::vector<int> views;
+      if (producer_group(i, &views) != p) continue;
+      for (int v : views) {
+        if (plan_.group_of[v] == p) continue;
+        plan_.role[v] = Role::kInKernelView;
+        plan_.group_of[v] = p;
+        extra.push_back(v);
+      }
+    }
+  }
+  a.nodes.insert(a.nodes.end(), extra.begin(), extra.end());
+  std::sort(a.nodes.begin(), a.nodes.end());  // node ids are topological
+  a.nodes.erase(std::unique(a.nodes.begin(), a.nodes.end()), a.nodes.end());
+  if (b.has_reduce) {
+    a.has_reduce = true;
+    a.reduce_axes = b.reduce_axes;
+  }
+  if (has_matmul(b) || (has_matmul(a) && a.kind == KernelKind::kCube)) a.kind = KernelKind::kMix;
+  std::string note = "merged with kernel ";
+  note += std::to_string(q);
+  note += " through %";
+  note += std::to_string(via);
+  a.notes.push_back(std::move(note));
+  for (std::string& n : b.notes) a.notes.push_back(std::move(n));
+  b.nodes.clear();
+  b.notes.clear();
+  b.stores.clear();
+  // Dependencies: whatever read q now reads p (and everything p reads).
+  deps_[p].insert(deps_[q].begin(), deps_[q].end());
+  deps_[p].erase(p);
+  deps_[p].erase(q);
+  deps_[q].clear();
+  for (size_t r = 0; r < deps_.size(); ++r) {
+    if (static_cast<int>(r) == p || !(deps_[r].count(q) || deps_[r].count(p))) continue;
+    deps_[r].erase(q);
+    deps_[r].insert(p);
+    deps_[r].insert(deps_[p].begin(), deps_[p].end());
+  }
 }
 
 void Fuser::compute_stores() {
@@ -353,10 +449,11 @@ void Fuser::order_groups() {
     order.push_back(gi);
   };
   for (size_t i = 0; i < n; ++i) visit(static_cast<int>(i));
-  std::vector<int> new_index(n);
+  std::vector<int> new_index(n, -1);
   std::vector<Group> groups;
   for (size_t k = 0; k < n; ++k) {
-    new_index[order[k]] = static_cast<int>(k);
+    if (plan_.groups[order[k]].nodes.empty()) continue;  // merged into another kernel
+    new_index[order[k]] = static_cast<int>(groups.size());
     groups.push_back(std::move(plan_.groups[order[k]]));
   }
   plan_.groups = std::move(groups);
