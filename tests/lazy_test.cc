@@ -290,9 +290,10 @@ TEST_F(LazyTest, OtherThreadValueFlushesItsTrace) {
   EXPECT_EQ(stats().flushes_by_reason[int(FlushReason::kOtherThread)], 1);
   std::vector<float> want = values(x);
   for (float& f : want) f = f * 3 + 1;
-  // z was recorded by the other thread, whose trace flushed when it ended.
-  EXPECT_FALSE(z.is_pending());
+  // z is pending in the ended thread's trace; observing it here flushes that trace.
+  EXPECT_TRUE(z.is_pending());
   expect_near(values(z), want, 1e-6f, "z");
+  EXPECT_FALSE(z.is_pending());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -62,13 +62,11 @@ Global& global() {
   return *g;
 }
 
-// The thread's trace; flushed when the thread ends so no value is left pending.
+// The thread's trace. It is not flushed when the thread ends: the runtime's own thread-local
+// scratch (kernel cache keys, VM registers) may already be destroyed by then. Pending nodes
+// keep their trace alive, and whichever thread observes one of them flushes it.
 struct TraceHolder {
   std::shared_ptr<Trace> trace = std::make_shared<Trace>();
-  ~TraceHolder() {
-    Status st = flush(*trace, FlushReason::kSync);
-    (void)st;
-  }
 };
 
 // One flush's view of its trace.
