@@ -19,7 +19,7 @@ namespace dvm {
 namespace {
 
 const std::map<std::string, SymRange, std::less<>> kRanges = {
-    {"x", {0, 3}}, {"n", {-10, 10}}, {"p", {1, 100}}, {"q", {-100, -1}}};
+    {"x", {0, 3}}, {"n", {-10, 10}}, {"p", {1, 100}}, {"q", {-100, -1}}, {"m", {1, kSymMax}}};
 
 SymExpr P(std::string_view text) {
   auto e = parse_sym_expr(text, kRanges);
@@ -117,6 +117,9 @@ const RuleExample kRuleExamples[] = {
     {"min_by_range", "min(p, q)", "q"},
     {"min_by_difference", "min(s0, s0 + 1)", "s0"},
     {"min_by_difference", "min(s0 + s1, s0)", "s0"},
+    {"min_shrinking_quotient", "min(m, (m + 1)//2)", "(m + 1)//2"},
+    {"min_shrinking_quotient", "min(s0//3, s0)", "s0//3"},
+    {"max_shrinking_quotient", "max(m, (m + 3)//4)", "m"},
     {"max_fold", "max(3, 5)", "5"},
     {"max_same", "max(s0, s0)", "s0"},
     {"max_by_range", "max(x, 10)", "10"},
@@ -419,6 +422,15 @@ std::unique_ptr<Tree> div_mod_pair(std::mt19937_64& rng, int depth) {
   return node(Tree::kSub, random_tree(rng, depth - 1), std::move(sum));
 }
 
+// min/max(x, (x + r)//c): a quotient that shrinks x when x >= 1 (torch.chunk's halves).
+std::unique_ptr<Tree> quotient_pair(std::mt19937_64& rng, int depth) {
+  const int64_t c = static_cast<int64_t>(rng() % 4) + 2;
+  const int64_t r = static_cast<int64_t>(rng() % static_cast<uint64_t>(c + 1)) - 1;  // -1..c-1
+  auto x = random_tree(rng, depth - 1);
+  auto q = node(Tree::kDiv, node(Tree::kAdd, clone(*x), constant(r)), constant(c));
+  return node(rng() % 2 ? Tree::kMin : Tree::kMax, std::move(x), std::move(q));
+}
+
 std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
   auto t = std::make_unique<Tree>();
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
@@ -434,6 +446,7 @@ std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
     return t;
   }
   if (pick(12) == 0) return div_mod_pair(rng, depth);
+  if (pick(20) == 0) return quotient_pair(rng, depth);
   static const Tree::Op kOps[] = {Tree::kAdd, Tree::kAdd, Tree::kAdd, Tree::kSub, Tree::kSub,
                                   Tree::kMul, Tree::kMul, Tree::kDiv, Tree::kDiv, Tree::kDiv,
                                   Tree::kMod, Tree::kMod, Tree::kMod, Tree::kMin, Tree::kMax};

@@ -355,6 +355,32 @@ Opt max_by_difference(const SymExpr& x, const SymExpr& y) {
   return s > 0 ? y : x;
 }
 
+// x and (x + r)//c with c >= 2 and 0 <= r < c: the quotient is the smaller one when x >= 1
+// (x + r <= x + c - 1 <= c*x), or x >= 0 and r == 0. Returns true when `q` is such a quotient
+// of `x` (so min(x, q) = q and max(x, q) = x).
+bool shrinking_quotient(const SymExpr& x, const SymExpr& q) {
+  const SymNode& n = q.node();
+  if (n.kind != SymKind::kFloorDiv || !n.args[1].is_constant()) return false;
+  const int64_t c = n.args[1].constant_value();
+  const SymExpr r = n.args[0] - x;
+  if (c < 2 || !r.is_constant()) return false;
+  const int64_t rv = r.constant_value();
+  if (rv < 0 || rv >= c) return false;
+  return x.range().lo >= (rv == 0 ? 0 : 1);
+}
+
+Opt min_shrinking_quotient(const SymExpr& x, const SymExpr& y) {
+  if (shrinking_quotient(x, y)) return y;
+  if (shrinking_quotient(y, x)) return x;
+  return std::nullopt;
+}
+
+Opt max_shrinking_quotient(const SymExpr& x, const SymExpr& y) {
+  if (shrinking_quotient(x, y)) return x;
+  if (shrinking_quotient(y, x)) return y;
+  return std::nullopt;
+}
+
 using K = SymKind;
 
 // In `algebra`, // and % are Python's (floor; sign of the divisor), c, d, e, g, k are
@@ -425,6 +451,10 @@ constexpr SymRule kRules[] = {
     {K::kMin, "min_by_difference",
      "min(x, y) = x when the range of the canonical y - x is >= 0, e.g. min(x, x + 1) = x",
      min_by_difference},
+    {K::kMin, "min_shrinking_quotient",
+     "min(x, (x + r)//c) = (x + r)//c for c >= 2, 0 <= r < c, x >= 1 (x >= 0 when r = 0): "
+     "x + r <= x + c - 1 <= c*x, e.g. the halves of torch.chunk: min(s, (s + 1)//2)",
+     min_shrinking_quotient},
     // max
     {K::kMax, "max_fold", "max(c, d) = the larger constant", max_fold},
     {K::kMax, "max_same", "max(x, x) = x", same},
@@ -432,6 +462,10 @@ constexpr SymRule kRules[] = {
     {K::kMax, "max_by_difference",
      "max(x, y) = y when the range of the canonical y - x is >= 0, e.g. max(x, x + 1) = x + 1",
      max_by_difference},
+    {K::kMax, "max_shrinking_quotient",
+     "max(x, (x + r)//c) = x for c >= 2, 0 <= r < c, x >= 1 (x >= 0 when r = 0), see "
+     "min_shrinking_quotient",
+     max_shrinking_quotient},
 };
 
 constexpr size_t kNumRules = std::size(kRules);
