@@ -127,6 +127,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     ap.add_argument("--threads", type=int, default=0, help="torch and DVM threads (0: all)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="eager and lazy runs alternate this many times; per-step medians over "
+                         "all rounds (the machine may be shared: interleaving evens out load)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if a.threads:
@@ -134,6 +137,7 @@ def main():
         os.environ["DVM_NUM_THREADS"] = str(a.threads)
     torch.manual_seed(0)
     steps = 12 if a.quick else 48
+    rounds = 1 if a.quick else max(1, a.rounds)
     model = GPT().eval()
     prompt = torch.randint(0, 1024, (1, 16))
     rows, results = [], {}
@@ -143,17 +147,27 @@ def main():
         greedy_decode(model, prompt, 3)
         with dvm.lazy():
             greedy_decode(model, prompt, 3)
-        tok_e, t_e = greedy_decode(model, prompt, steps)
-        dvm.lazy.reset_stats()
-        with dvm.lazy():
-            tok_l, t_l = greedy_decode(model, prompt, steps)
-        s = dvm.lazy.stats()
+        t_e, t_l, s = [], [], None
+        for _ in range(rounds):
+            tok_e, t = greedy_decode(model, prompt, steps)
+            t_e += t
+            # Every round meets each length for the first time, as one decode does: plans are
+            # recompiled at another length first (not timed), so each step encodes its programs.
+            dvm.lazy.clear_plan_cache()
+            with dvm.lazy():
+                greedy_decode(model, prompt[:, :8], 3)
+            dvm.lazy.reset_stats()
+            with dvm.lazy():
+                tok_l, t = greedy_decode(model, prompt, steps)
+            t_l += t
+            s = dvm.lazy.stats()  # of the last lazy round
         # Eager kernel count: aten ops per step, by a counting dispatch mode.
-        n_ops = count_aten_ops(lambda: greedy_decode(model, prompt, 1)) 
+        n_ops = count_aten_ops(lambda: greedy_decode(model, prompt, 1))
         same = tok_e == tok_l
         results["gpt_greedy_decode"] = summarize(t_e, t_l, s, steps, n_ops, same,
                                                  {"prompt": 16, "steps": steps, "hidden": 256,
-                                                  "layers": 4, "heads": 4, "vocab": 1024})
+                                                  "layers": 4, "heads": 4, "vocab": 1024,
+                                                  "rounds": rounds})
 
         w = torch.randn(256, 256) / 64
         b = torch.randn(256)
@@ -162,17 +176,23 @@ def main():
         refine(x0, w, b, 1e-2)
         with dvm.lazy():
             refine(x0, w, b, 1e-2)
-        xe, r_e = refine(x0, w, b, tol)
-        dvm.lazy.reset_stats()
-        with dvm.lazy():
-            xl, r_l = refine(x0, w, b, tol)
-        s2 = dvm.lazy.stats()
+        r_e, r_l = [], []
+        for _ in range(rounds):
+            xe, t = refine(x0, w, b, tol)
+            r_e += t
+            n_e = len(t)
+            dvm.lazy.reset_stats()
+            with dvm.lazy():
+                xl, t = refine(x0, w, b, tol)
+            r_l += t
+            n_l = len(t)
+            s2 = dvm.lazy.stats()
         n_ops2 = count_aten_ops(lambda: refine(x0, w, b, 1e9))
-        same2 = abs(len(r_e) - len(r_l)) <= 1 and torch.allclose(xe, xl, atol=1e-4)
-        results["data_dependent_loop"] = summarize(r_e, r_l, s2, len(r_l), n_ops2, same2,
+        same2 = abs(n_e - n_l) <= 1 and torch.allclose(xe, xl, atol=1e-4)
+        results["data_dependent_loop"] = summarize(r_e, r_l, s2, n_l, n_ops2, same2,
                                                    {"rows": 512, "hidden": 256, "tol": tol,
-                                                    "iterations_eager": len(r_e),
-                                                    "iterations_lazy": len(r_l)})
+                                                    "iterations_eager": n_e,
+                                                    "iterations_lazy": n_l, "rounds": rounds})
 
     print_table(results)
     write_json(results, a.out)
@@ -194,16 +214,22 @@ def count_aten_ops(fn):
 
 
 def summarize(t_eager, t_lazy, s, steps, eager_ops, same, config):
+    """t_eager / t_lazy: per-step times of every round; `s`: stats of the last lazy round
+    (`steps` steps). Totals are per round (the median round)."""
     me, ml = statistics.median(t_eager), statistics.median(t_lazy)
+    rounds = config.get("rounds", 1)
+    per = lambda t: statistics.median(
+        sum(t[i * len(t) // rounds:(i + 1) * len(t) // rounds]) for i in range(rounds))
+    lazy_round = t_lazy[-len(t_lazy) // rounds:]
     return {
         "config": config,
         "steps": steps,
         "eager_ms_per_step": me * 1e3,
         "lazy_ms_per_step": ml * 1e3,
         "speedup_per_step": me / ml,
-        "eager_total_ms": sum(t_eager) * 1e3,
-        "lazy_total_ms": sum(t_lazy) * 1e3,
-        "speedup_total": sum(t_eager) / sum(t_lazy),
+        "eager_total_ms": per(t_eager) * 1e3,
+        "lazy_total_ms": per(t_lazy) * 1e3,
+        "speedup_total": per(t_eager) / per(t_lazy),
         "eager_aten_ops_per_step": eager_ops,
         "lazy_kernels_per_step": (s.kernels_launched + s.native_launched) / max(steps, 1),
         "flushes": s.flushes,
@@ -218,7 +244,7 @@ def summarize(t_eager, t_lazy, s, steps, eager_ops, same, config):
         "lazy_flush_ms_per_step": s.flush_us / 1e3 / max(steps, 1),
         "lazy_encode_ms_per_step": s.encode_us / 1e3 / max(steps, 1),
         "lazy_run_ms_per_step": (s.run_us - s.encode_us) / 1e3 / max(steps, 1),
-        "lazy_record_ms_per_step": max(sum(t_lazy) * 1e3 - s.flush_us / 1e3, 0) / max(steps, 1),
+        "lazy_record_ms_per_step": max(sum(lazy_round) * 1e3 - s.flush_us / 1e3, 0) / max(steps, 1),
         "same_result": bool(same),
     }
 
@@ -245,7 +271,9 @@ def machine():
     except OSError:
         model = platform.processor()
     return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version()}
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "dvm_threads": os.environ.get("DVM_NUM_THREADS", "all"),
+            "load_average": os.getloadavg()}
 
 
 def write_json(results, path):

@@ -41,10 +41,12 @@ eagerly in PyTorch (after flushing its inputs), so backward sees real saved tens
 ``torch.no_grad()`` or ``torch.inference_mode()`` to fuse inference.
 """
 
+import atexit
 import functools
 import sys
 import threading
 import types
+import weakref
 
 from ._dvm import BinaryOp, DType, DvmError, ReduceOp, UnaryOp
 from ._dvm import lazy as _lz
@@ -83,7 +85,6 @@ class _Unsupported(Exception):
 
 class _State(threading.local):
     def __init__(self):
-        self.leaves = {}  # id(torch tensor) -> lazy leaf wrapping it, for the current trace
         self.read = set()  # storage addresses the trace reads
         self.produced = set()  # storage addresses the trace will write
         self.depth = 0  # active modes on this thread
@@ -96,7 +97,6 @@ def _flush(reason):
     try:
         _lz.sync(reason)
     finally:
-        _state.leaves.clear()
         _state.read.clear()
         _state.produced.clear()
 
@@ -111,11 +111,18 @@ _HANDLERS = {}
 _WRITES = {}  # aten op -> indices / names of arguments it writes
 _OBSERVERS = set()
 _graph_task_id = None  # torch._C._current_graph_task_id: -1 outside a backward pass
+_grad_enabled = None  # torch.is_grad_enabled
+_empty = None  # torch.empty
+_data_ptr = None  # torch._C.TensorBase.data_ptr (Tensor.data_ptr is wrapped while a mode runs)
+_wrap_strided = Tensor._wrap_strided
+_FLOAT_DTYPES = ()  # torch's floating dtypes DVM runs
 
 
 def _pending(t):
     """The lazy handle of a tensor whose value is pending, else None."""
     d = t.__dict__
+    if not d:  # most tensors: nothing recorded
+        return None
     h = d.get("_dvm_lazy")
     if h is not None and h.is_pending:
         return h
@@ -133,25 +140,79 @@ def _eligible(t):
 
 def _arg(t):
     """A lazy operand for a torch tensor: its pending value, or a leaf wrapping its memory."""
-    h = _pending(t)
-    if h is not None:
-        return h
-    leaves = _state.leaves
-    h = leaves.get(id(t))
-    if h is None:
-        if not _eligible(t):
-            raise _Unsupported
-        h = Tensor.wrap(t)
-        leaves[id(t)] = h
-        if t.numel():
-            _state.read.add(t.untyped_storage().data_ptr())
+    d = t.__dict__
+    if d:
+        h = d.get("_dvm_lazy")
+        if h is not None and h.is_pending:
+            return h
+        w = d.get("_dvm_view")
+        if w is not None:
+            h = w.lock()
+            if h is not None and h.is_pending:
+                return h
+    return _leaf(t, t.shape, t.stride())
+
+
+def _leaf(t, shape, strides):
+    """A lazy leaf over the memory of `t` seen with `shape` and `strides` (t's own, or its
+    transpose), cached on t's base across flushes (a weight is wrapped once) by address, shape,
+    strides and dtype. The leaf keeps the storage alive, not the tensor (no reference cycle)."""
+    base = t._base  # None for views made inside a handler (autograd keys are excluded there)
+    if base is None:
+        base = t
+    cache = base.__dict__.get("_dvm_leaves")
+    key = (_data_ptr(t), shape, strides, t.dtype)
+    if cache is None:
+        cache = base.__dict__["_dvm_leaves"] = _LeafCache()
+        _leaf_caches.add(cache)
+    else:
+        hit = cache.get(key)
+        if hit is not None:
+            if hit[1]:
+                _state.read.add(hit[1])
+            return hit[0]
+    if not _eligible(t):
+        raise _Unsupported
+    storage = t.untyped_storage()
+    sp = storage.data_ptr() if t.numel() else 0
+    # Entries of another storage (set_, .data =) or of many views (a growing slice): dropped,
+    # so a cache never pins memory its tensor no longer uses.
+    if len(cache) >= 8 or any(v[1] != sp for v in cache.values()):
+        cache.clear()
+    h = _wrap_strided(key[0], _T2D[t.dtype], shape, strides, storage)
+    cache[key] = (h, sp)
+    if sp:
+        _state.read.add(sp)
     return h
 
 
-def _out(h):
-    """A torch tensor that the flush fills with the lazy value `h`."""
-    t = _torch.empty(h.shape, dtype=_D2T[h.dtype])
-    ptr = t.data_ptr()
+class _LeafCache(dict):
+    """(data_ptr, shape, strides, dtype) -> (lazy leaf, storage address), on a base tensor."""
+
+    __hash__ = object.__hash__  # identity (for the WeakSet below)
+    __eq__ = object.__eq__
+
+
+# Every leaf cache, emptied at exit: tensors alive at interpreter shutdown would otherwise keep
+# lazy handles past the extension's teardown (nanobind reports them as leaks).
+_leaf_caches = weakref.WeakSet()
+
+
+@atexit.register
+def _clear_leaf_caches():
+    for c in list(_leaf_caches):
+        c.clear()
+
+
+def _out(h, want=None):
+    """A torch tensor that the flush fills with the lazy value `h`; `want`: the torch dtype the
+    op must produce (else _Unsupported: DVM's promotion differs)."""
+    dt = _D2T[h.dtype]
+    if want is not None and dt is not want:
+        raise _Unsupported
+    shape = h.shape
+    t = _empty(*shape, dtype=dt) if shape else _empty((), dtype=dt)
+    ptr = _data_ptr(t)
     if ptr:
         h._set_storage_ptr(ptr)
         _state.produced.add(ptr)
@@ -159,9 +220,14 @@ def _out(h):
     return t
 
 
-def _view_of(torch_view, h):
-    """Marks a real torch view of a pending tensor with the lazy value it shows (weakly)."""
-    torch_view.__dict__["_dvm_view"] = WeakTensor(h)
+def _view_of(torch_view, h, src):
+    """Marks a real torch view of a pending tensor `src` with the lazy value it shows (weakly),
+    and keeps `src` (so its pending value, stored into the memory the view shows): a view made
+    inside a handler has no _base (autograd keys are excluded there), and some never get one
+    (_unsafe_view, detach, alias)."""
+    d = torch_view.__dict__
+    d["_dvm_view"] = WeakTensor(h)
+    d["_dvm_src"] = src
     return torch_view
 
 
@@ -225,9 +291,16 @@ def _grad_blocks(args, kwargs):
     grad while grad mode is on, run in PyTorch."""
     if _graph_task_id() != -1:
         return True
-    if not _torch.is_grad_enabled():
+    if not _grad_enabled():
         return False
+    return _needs_grad(args, kwargs)
+
+
+def _needs_grad(args, kwargs):
     return any(t.requires_grad for t in _tensors(args, kwargs))
+
+
+_FALLBACK = (_Unsupported, DvmError, TypeError, ValueError, IndexError)
 
 
 def _dispatch(func, args, kwargs):
@@ -235,7 +308,7 @@ def _dispatch(func, args, kwargs):
     if handler is not None and not _grad_blocks(args, kwargs):
         try:
             return handler(*args, **kwargs)
-        except (_Unsupported, DvmError, TypeError, ValueError, IndexError):
+        except _FALLBACK:
             pass
     return _run_eagerly(func, args, kwargs)
 
@@ -256,34 +329,48 @@ def _is_num(x):
     return isinstance(x, (int, float, bool)) and not isinstance(x, _torch.Tensor)
 
 
+def _result_type(a, b):
+    """torch.result_type(a, b) for a tensor `a`; the common cases without the call."""
+    ad = a.dtype
+    bt = type(b)
+    if bt is float:
+        if ad in _FLOAT_DTYPES:
+            return ad
+    elif bt is int:
+        if ad is not _torch.bool:
+            return ad
+    elif isinstance(b, _torch.Tensor) and b.dtype is ad:
+        return ad
+    return _torch.result_type(a, b)
+
+
 def _binary(op, kind="arith"):
     """kind: arith (torch's result type), div (true division), cmp and logic (bool result)."""
+    arith = kind in ("arith", "div")
+    bool_out = kind in ("cmp", "logic")
 
     def h(a, b, *, alpha=1):
         if not isinstance(a, _torch.Tensor):
             raise _Unsupported
-        rt = _torch.result_type(a, b)
-        if kind == "div" and not rt.is_floating_point:
-            rt = _torch.get_default_dtype()
         if kind == "logic":
             rt = _torch.bool
-        if rt not in _T2D or (rt == _torch.bool and kind in ("arith", "div")):
+        else:
+            rt = _result_type(a, b)
+            if kind == "div" and rt not in _FLOAT_DTYPES:
+                rt = _torch.get_default_dtype()
+        d = _T2D.get(rt)
+        if d is None or (rt is _torch.bool and arith):
             raise _Unsupported
-        d = _T2D[rt]
-        x = _as(_arg(a), d)
+        x = _arg(a) if a.dtype is rt else _lz.cast(_arg(a), d)
         if isinstance(b, _torch.Tensor):
-            y = _as(_arg(b), d)
+            y = _arg(b) if b.dtype is rt else _lz.cast(_arg(b), d)
         elif _is_num(b):
             y = float(b)
         else:
             raise _Unsupported
         if alpha != 1:
             y = _lz.binary(BinaryOp.MUL, y, float(alpha)) if not _is_num(y) else y * alpha
-        r = _lz.binary(op, x, y)
-        want = _torch.bool if kind in ("cmp", "logic") else rt
-        if r.dtype != _T2D[want]:
-            raise _Unsupported
-        return _out(r)
+        return _out(_lz.binary(op, x, y), _torch.bool if bool_out else rt)
 
     return h
 
@@ -321,17 +408,15 @@ def _rsub(a, b, *, alpha=1):
 
 def _unary(op, float_only=False, keep_bool=False):
     def h(x):
-        if x.dtype == _torch.bool and not keep_bool:
+        xd = x.dtype
+        if xd is _torch.bool and not keep_bool:
             raise _Unsupported
-        r = _lz.unary(op, _arg(x))
-        want = x.dtype
-        if float_only and not x.dtype.is_floating_point:
-            want = _torch.get_default_dtype()
+        want = xd
         if keep_bool:
             want = _torch.bool
-        if r.dtype != _T2D.get(want):
-            raise _Unsupported
-        return _out(r)
+        elif float_only and xd not in _FLOAT_DTYPES:
+            want = _torch.get_default_dtype()
+        return _out(_lz.unary(op, _arg(x)), want)
 
     return h
 
@@ -518,15 +603,19 @@ def _native_layer_norm(x, normalized_shape, weight, bias, eps):
 
 def _float_mm(*ts):
     d = ts[0].dtype
-    if not d.is_floating_point or any(t.dtype != d for t in ts):
+    if d not in _FLOAT_DTYPES:
         raise _Unsupported
+    for t in ts:
+        if t.dtype is not d:
+            raise _Unsupported
 
 
 def _matmul(a, b):
     """a @ b; a weight seen through .t() (F.linear) is read in its own layout."""
     if b.dim() == 2 and _pending(b) is None and b.stride(0) == 1 and b.stride(1) == b.shape[0] \
             and b.shape[0] > 1:
-        return _lz.matmul(_arg(a), _arg(b.t()), False, True)
+        return _lz.matmul(_arg(a), _leaf(b, (b.shape[1], b.shape[0]), (b.stride(1), 1)), False,
+                          True)
     return _lz.matmul(_arg(a), _arg(b))
 
 
@@ -629,8 +718,8 @@ def _view_handler(lazy_fn):
                 return out
             if isinstance(out, (list, tuple)):
                 hs = lazy_fn(hx, x, *args, **kwargs)
-                return type(out)(_view_of(o, r) for o, r in zip(out, hs))
-            return _view_of(out, lazy_fn(hx, x, *args, **kwargs))
+                return type(out)(_view_of(o, r, x) for o, r in zip(out, hs))
+            return _view_of(out, lazy_fn(hx, x, *args, **kwargs), x)
 
         return run
 
@@ -705,8 +794,13 @@ def _install(torch):
     if _torch is not None:
         return
     _torch = torch
-    global _graph_task_id
+    global _graph_task_id, _grad_enabled, _empty, _data_ptr
     _graph_task_id = torch._C._current_graph_task_id
+    _grad_enabled = torch.is_grad_enabled
+    _empty = torch.empty
+    _data_ptr = torch._C.TensorBase.data_ptr
+    global _FLOAT_DTYPES
+    _FLOAT_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16))
     aten = torch.ops.aten
     _T2D.update({torch.float32: DType.F32, torch.float16: DType.F16,
                  torch.bfloat16: DType.BF16, torch.int32: DType.I32, torch.int64: DType.I64,
@@ -847,7 +941,16 @@ def _make_mode_class(torch):
             return False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return _dispatch(func, args, kwargs or {})
+            # _dispatch inlined (this runs for every aten op in the mode).
+            handler = _HANDLERS.get(func)
+            if handler is not None and (
+                    _graph_task_id() == -1 and
+                    (not _grad_enabled() or not _needs_grad(args, kwargs))):
+                try:
+                    return handler(*args, **kwargs) if kwargs else handler(*args)
+                except _FALLBACK:
+                    pass
+            return _run_eagerly(func, args, kwargs or {})
 
     return DvmLazyMode
 

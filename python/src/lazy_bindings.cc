@@ -42,6 +42,31 @@ lz::Tensor wrap(nb::handle array) {
   return checked(lz::Tensor::wrap(c.args[0], gil_safe(std::move(c.keep))));
 }
 
+// A leaf over memory the caller describes (python/dvm/lazy.py: a torch tensor's data_ptr, shape
+// and strides, in elements), kept alive by `keep` (the tensor's storage: not the tensor, so a
+// leaf cached on the tensor makes no reference cycle). Skips convert_arrays' attribute reads.
+lz::Tensor wrap_strided(uintptr_t ptr, DType dtype, std::vector<int64_t> shape,
+                        std::vector<int64_t> strides, nb::object keep) {
+  if (strides.size() != shape.size()) {
+    raise_if_error(invalid_argument("lazy wrap: strides do not match the rank"));
+  }
+  TensorArg a;
+  a.data = reinterpret_cast<void*>(ptr);
+  a.dtype = dtype;
+  int64_t hi = 0;
+  bool empty = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (strides[i] < 0) raise_if_error(invalid_argument("lazy wrap: negative stride"));
+    if (shape[i] == 0) empty = true;
+    hi += (shape[i] - 1) * strides[i];
+  }
+  a.storage_elems = empty ? 0 : hi + 1;
+  a.shape = std::move(shape);
+  a.strides = std::move(strides);
+  std::shared_ptr<void> k = std::make_shared<nb::object>(std::move(keep));
+  return checked(lz::Tensor::wrap(a, gil_safe(std::move(k))));
+}
+
 // Stores a pending value into contiguous memory at `ptr` (a framework tensor allocated with the
 // value's shape and dtype, kept alive by the caller until the value is ready).
 void set_storage_ptr(lz::Tensor& t, uintptr_t ptr) {
@@ -109,6 +134,8 @@ void bind_tensor(nb::module_& m) {
                 "error. Ops on it record into the calling thread's trace.")
       .def_static("wrap", &wrap, nb::arg("array"),
                   "Wraps a numpy array or torch CPU tensor, zero-copy (kept alive).")
+      .def_static("_wrap_strided", &wrap_strided, nb::arg("ptr"), nb::arg("dtype"),
+                  nb::arg("shape"), nb::arg("strides"), nb::arg("keep"))
       .def_prop_ro("shape", [](const T& t) { return t.shape(); })
       .def_prop_ro("dtype", [](const T& t) { return t.dtype(); })
       .def_prop_ro("rank", &T::rank)

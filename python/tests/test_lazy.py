@@ -355,3 +355,52 @@ def test_lazy_tensor_api_on_numpy():
     assert w.lock() is not None
     L.sync()
     assert w.lock() is None  # nothing held it: dropped, not stored
+
+
+def test_unsafe_view_of_a_pending_value_keeps_it():
+    # F.linear on a 3-d input without bias ends in aten._unsafe_view, whose output shares the
+    # pending storage but has no _base: the pending value must still be stored.
+    lin = torch.nn.Linear(8, 6, bias=False)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        want = lin(x * 2)
+        with L():
+            got = lin(x * 2)
+            assert L.is_pending(got) and got._base is None
+            L.sync()
+            assert L.stats().values_stored == 1
+    torch.testing.assert_close(got, want)
+
+
+def test_leaves_are_cached_across_flushes_and_follow_writes(monkeypatch):
+    lin = torch.nn.Linear(8, 6)
+    x = torch.randn(3, 8)
+    wraps = []
+    orig = L._wrap_strided
+    monkeypatch.setattr(L, "_wrap_strided", lambda *a: wraps.append(a[2]) or orig(*a))
+    with torch.no_grad():
+        with L():
+            y1 = lin(x * 1.0)
+        n_first = len(wraps)
+        assert n_first == 3  # x, the weight (read transposed), the bias
+        with L():
+            y2 = lin(x * 1.0)
+        assert len(wraps) == n_first  # nothing re-wrapped
+        want = F.linear(x, lin.weight, lin.bias)
+        torch.testing.assert_close(y1, want)
+        torch.testing.assert_close(y2, want)
+        # In place writes between and within traces are seen (the cache holds the memory).
+        lin.weight.mul_(2)
+        with L():
+            y3 = lin(x * 1.0)
+            lin.bias.add_(1)  # the pending y4 below must not see this; y3 was flushed by it
+            assert reasons()["write"] == 1
+            y4 = lin(x * 1.0)
+        torch.testing.assert_close(y3, F.linear(x, lin.weight, lin.bias - 1))
+        torch.testing.assert_close(y4, F.linear(x, lin.weight, lin.bias))
+        # New memory behind the same tensor (.data =): a new leaf, the old one dropped.
+        lin.weight.data = torch.randn(6, 8)
+        with L():
+            y5 = lin(x * 1.0)
+        torch.testing.assert_close(y5, F.linear(x, lin.weight, lin.bias))
+        assert len(lin.weight.__dict__["_dvm_leaves"]) == 1
