@@ -711,9 +711,11 @@ def _sdpa_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=
 
 def _view_handler(lazy_fn):
     def h(func):
+        op = func._op  # the C++ op: skips OpOverload.__call__'s Python frame
+
         def run(x, *args, **kwargs):
             hx = _pending(x)
-            out = func(x, *args, **kwargs)
+            out = op(x, *args, **kwargs)
             if hx is None:
                 return out
             if isinstance(out, (list, tuple)):
@@ -727,7 +729,7 @@ def _view_handler(lazy_fn):
 
 
 def _lz_view(hx, x, size):
-    return _lz.reshape(hx, list(size))
+    return _lz.reshape(hx, size)
 
 
 def _lz_permute(hx, x, dims):
@@ -743,7 +745,7 @@ def _lz_t(hx, x):
 
 
 def _lz_expand(hx, x, size, *, implicit=False):
-    return _lz.expand(hx, list(size))
+    return _lz.expand(hx, size)
 
 
 def _lz_unsqueeze(hx, x, dim):
