@@ -4,6 +4,7 @@
 // when accepted, make the interpreter touch memory outside the spans it returned.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -82,6 +83,39 @@ Program sum_program() {
   p.emit(end_loop());
   p.emit(ins(Opcode::kStore, CType::kF32, kRowC, Operand::desc(1), r(1, kRowC)));
   return p;
+}
+
+// out[r, c] = tanh(x[r, c] * 0.5 + v[r]) * w[c] over a 6 x 1100 tile space (row tiles of 4,
+// one column tile: strips of the chain have a tail, rows a partial tile), as one Chain of
+// three (chained = true) or as the same three instructions one pass each.
+Program chain_program(bool chained) {
+  Program p;
+  p.name = "chain";
+  p.axes = {Axis{6, 4, AxisIter::kGrid, AxisTile::kRow},
+            Axis{1100, 1100, AxisIter::kGrid, AxisTile::kCol}};
+  p.grid = 2;
+  p.num_regs = 3;
+  p.reg_elems = 4 * 1104;
+  p.reg_row_stride = 1104;
+  p.descs = {desc(0, {1100, 1}), desc(1, {1, 0}), desc(2, {0, 1}), desc(3, {1100, 1})};
+  p.consts = {Constant{0.5f, 0, 0}};
+  p.num_slots = 4;
+  p.emit(ins(Opcode::kLoad, CType::kF32, kRowC, r(2, kRowC), Operand::desc(1)));
+  if (chained) p.emit(ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 3));
+  p.emit(ins(Opcode::kFma, CType::kF32, kFull, r(0), Operand::desc(0), Operand::constant(0), 0,
+             r(2, kRowC)));
+  p.emit(ins(Opcode::kUTanh, CType::kF32, kFull, r(1), r(0)));
+  p.emit(ins(Opcode::kBMul, CType::kF32, kFull, Operand::desc(3), r(1), Operand::desc(2)));
+  return p;
+}
+
+std::vector<std::vector<float>> chain_buffers() {
+  std::vector<std::vector<float>> bufs = {std::vector<float>(6600), std::vector<float>(6),
+                                          std::vector<float>(1100), std::vector<float>(6600)};
+  for (int i = 0; i < 6600; ++i) bufs[0][i] = static_cast<float>(i % 97) * 0.03f - 1.4f;
+  for (int i = 0; i < 6; ++i) bufs[1][i] = 0.1f * static_cast<float>(i) - 0.2f;
+  for (int i = 0; i < 1100; ++i) bufs[2][i] = 1.0f + static_cast<float>(i % 7);
+  return bufs;
 }
 
 void set_instr(Program* p, size_t i, const Instr& in) {
@@ -180,6 +214,80 @@ TEST(Disassembler, DecodesCastArgReduceAndGarbage) {
       disassemble_instr(p, ins(Opcode::kUExp, CType::kF32, kRowC, r(1, kRowC), Operand::param(3))),
       "exp.f32.row r1.row, p3");
   EXPECT_EQ(disassemble_instr(p, decode_instr(0xFF, 0)), "op255");
+}
+
+TEST(Verifier, AcceptsChainAndMatchesSeparatePasses) {
+  Program p = chain_program(true);
+  Spans spans;
+  ASSERT_TRUE(verify(p, &spans).is_ok()) << verify(p, &spans).message();
+  EXPECT_EQ(spans[3], std::make_pair(int64_t{0}, int64_t{6599}));
+  std::string text = disassemble(p);
+  EXPECT_NE(text.find("chain.f32.full body 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("3    tanh.f32.full r1.full, r0.full"), std::string::npos) << text;
+  auto chained = chain_buffers(), separate = chain_buffers();
+  run(p, &chained);
+  Program q = chain_program(false);
+  ASSERT_TRUE(verify(q, nullptr).is_ok());
+  run(q, &separate);
+  for (int i = 0; i < 6600; ++i) {
+    ASSERT_EQ(chained[3][i], separate[3][i]) << i;  // the same kernels, strip by strip
+    float want = std::tanh(chained[0][i] * 0.5f + chained[1][i / 1100]) * chained[2][i % 1100];
+    ASSERT_NEAR(chained[3][i], want, 1e-5f * (1.0f + std::fabs(want))) << i;
+  }
+}
+
+TEST(Verifier, RejectsBadChains) {
+  auto with = [](size_t i, const Instr& in) {
+    Program p = chain_program(true);
+    set_instr(&p, i, in);
+    return p;
+  };
+  const Instr fma = chain_program(true).instr(2), tanh = chain_program(true).instr(3);
+  expect_rejected(with(1, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 1)),
+                  "chain body of 1 instructions");
+  expect_rejected(with(1, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 9)),
+                  "chain body of 9 instructions");
+  expect_rejected(with(1, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 4)),
+                  "runs past the end");
+  expect_rejected(with(1, ins(Opcode::kChain, CType::kI32, kFull, {}, {}, {}, 3)),
+                  "chain requires f32");
+  // A body of something other than f32 elementwise math.
+  expect_rejected(with(3, ins(Opcode::kLoad, CType::kF32, kFull, r(1), Operand::desc(0))),
+                  "not allowed in a chain body");
+  expect_rejected(with(3, loop(0)), "not allowed in a chain body");
+  expect_rejected(with(3, ins(Opcode::kBEq, CType::kF32, kFull, r(1), r(0), r(0))),
+                  "not allowed in a chain body");
+  Instr other_class = tanh;
+  other_class.cls = TileClass::kCol;
+  other_class.d = r(1, TileClass::kCol);
+  expect_rejected(with(3, other_class), "another class");
+  // Only the last instruction may write memory.
+  Instr to_memory = fma;
+  to_memory.d = Operand::desc(3);
+  expect_rejected(with(2, to_memory), "writes memory before its last instruction");
+  // A register read in the body and then written by it (r2.row is the fma's addend).
+  Instr clobber = tanh;
+  clobber.d = r(2);
+  expect_rejected(with(3, clobber), "writes r2 after reading it");
+  // The result may not be a chain-local value.
+  Program p = chain_program(true);
+  set_instr(&p, 4, ins(Opcode::kBMul, CType::kF32, kFull, r(0), r(1), Operand::desc(2)));
+  expect_rejected(p, "also a chain-local value");
+  // Chain-local values are undefined after the chain.
+  p = chain_program(true);
+  p.emit(ins(Opcode::kStore, CType::kF32, kFull, Operand::desc(3), r(1)));
+  expect_rejected(p, "r1 is read before it is written");
+  // The last instruction may update its own source in place, nothing else may.
+  p = chain_program(true);
+  p.emit(ins(Opcode::kChain, CType::kF32, kRowC, {}, {}, {}, 2));
+  p.emit(ins(Opcode::kUExp, CType::kF32, kRowC, r(0, kRowC), r(2, kRowC)));
+  p.emit(ins(Opcode::kBAdd, CType::kF32, kRowC, r(2, kRowC), r(2, kRowC), r(0, kRowC)));
+  expect_rejected(p, "writes r2 after reading it");
+  p = chain_program(true);
+  p.emit(ins(Opcode::kChain, CType::kF32, kRowC, {}, {}, {}, 2));
+  p.emit(ins(Opcode::kUExp, CType::kF32, kRowC, r(0, kRowC), Operand::desc(1)));
+  p.emit(ins(Opcode::kBAdd, CType::kF32, kRowC, r(2, kRowC), r(2, kRowC), r(0, kRowC)));
+  EXPECT_TRUE(verify(p, nullptr).is_ok()) << verify(p, nullptr).message();
 }
 
 // ---- corruption, one field at a time --------------------------------------------------
@@ -373,8 +481,8 @@ TEST(Verifier, ReportsSpans) {
 
 TEST(Verifier, RejectsBadHeader) {
   Program p = add_program();
-  p.version = 2;
-  expect_rejected(p, "format version 2");
+  p.version = kFormatVersion + 1;
+  expect_rejected(p, "format version " + std::to_string(kFormatVersion + 1));
   p = add_program();
   p.code.push_back(0);
   expect_rejected(p, "odd number of code words");
@@ -428,6 +536,7 @@ void fuzz(const Program& base, uint32_t seed, int iters) {
 TEST(Verifier, SurvivesRandomBitFlips) {
   fuzz(add_program(), 1, 2000);
   fuzz(sum_program(), 2, 2000);
+  fuzz(chain_program(true), 3, 2000);
 }
 
 }  // namespace

@@ -91,6 +91,8 @@ std::string aux_str(const Instr& in) {
     }
     case Opcode::kMatMul:
       return fmt("  k a%u", in.aux);
+    case Opcode::kChain:
+      return fmt("body %u", in.aux);
     default:
       if (in.flags == kPreAdd || in.flags == kPreSub)  // D := op(A +/- B)
         return std::string(in.flags == kPreAdd ? "  pre add " : "  pre sub ") + operand_str(in.b);
@@ -163,11 +165,18 @@ std::string header(const Program& p) {
 std::string disassemble(const Program& p) {
   std::string s = header(p);
   int depth = 0;
+  size_t chain_left = 0;  // body instructions of the last chain still to print (indented)
   for (size_t i = 0; i < p.num_instrs(); ++i) {
     Instr in = p.instr(i);
     if (in.op == Opcode::kEndLoop && depth > 0) --depth;
-    s.append(fmt("%5zu  ", i)).append(2 * depth, ' ').append(disassemble_instr(p, in));
+    int indent = 2 * depth + (chain_left > 0 ? 2 : 0);
+    s.append(fmt("%5zu  ", i)).append(indent, ' ').append(disassemble_instr(p, in));
     s += '\n';
+    if (chain_left > 0) {
+      --chain_left;
+    } else if (in.op == Opcode::kChain) {
+      chain_left = std::min<size_t>(in.aux, kMaxChainBody);
+    }
     if (in.op == Opcode::kLoop && depth < 64) ++depth;
   }
   if (p.code.size() % 2) s += "  (odd trailing code word)\n";

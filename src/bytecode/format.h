@@ -41,7 +41,7 @@
 
 namespace dvm::bc {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2: Chain
 inline constexpr int kMaxAxes = 16;
 inline constexpr int kMaxOperandIndex = 4095;
 
@@ -53,7 +53,11 @@ enum class Opcode : uint8_t {
 inline constexpr int kNumOpcodes = static_cast<int>(Opcode::kCount);
 
 enum class OperandFormat : uint8_t { kNone, kAxis, kDst, kDstSrc, kDstSrc2, kDstSrc3 };
-enum class Family : uint8_t { kControl, kData, kReduce, kUnary, kBinary };
+enum class Family : uint8_t { kControl, kData, kReduce, kUnary, kBinary, kChain };
+
+// Chain: body length limits (see isa.def).
+inline constexpr int kMinChainBody = 2;
+inline constexpr int kMaxChainBody = 8;
 
 struct OpInfo {
   const char* mnemonic;
@@ -138,6 +142,22 @@ struct Instr {
   uint16_t aux;
   Operand d, a, b, c;
 };
+
+// Can `in` be an instruction of a Chain body (see isa.def)? Opcode, compute type and flags.
+constexpr bool chain_body_op(const Instr& in) {
+  if (in.ctype != CType::kF32) return false;
+  if (in.op == Opcode::kFma) return in.flags == 0;
+  int op = static_cast<int>(in.op);
+  if (op >= kFirstUnary && op < kFirstBinary) {
+    auto u = static_cast<UnaryOp>(op - kFirstUnary);
+    bool pred = u == UnaryOp::kIsFinite || u == UnaryOp::kIsNan || u == UnaryOp::kLogicalNot;
+    return !pred && (in.flags == 0 || in.flags == kPreAdd || in.flags == kPreSub);
+  }
+  if (op < kFirstBinary || op >= static_cast<int>(Opcode::kMatMul) || in.flags != 0) return false;
+  auto b = static_cast<BinaryOp>(op - kFirstBinary);
+  return b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul || b == BinaryOp::kDiv ||
+         b == BinaryOp::kMaximum || b == BinaryOp::kMinimum;
+}
 
 constexpr uint64_t encode_word0(const Instr& in) {
   return static_cast<uint64_t>(in.op) | (static_cast<uint64_t>(in.ctype) << 8) |

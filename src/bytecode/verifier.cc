@@ -177,6 +177,9 @@ class Verifier {
   void record_write(const Use& u);
   Status check_aliasing(const Use* uses, int n) const;
   Status check_instr(const Instr& in);
+  Status check_chain(const Instr& in);
+  Status check_chain_body(const Instr& in, const Use* uses, int n);
+  void end_chain();
   void note_read(int reg);
   void collect_spans(std::vector<std::pair<int64_t, int64_t>>* spans) const;
 
@@ -188,6 +191,12 @@ class Verifier {
   int dead_depth_ = 0;                              // open zero-trip loops
   std::vector<std::pair<int64_t, int64_t>> spans_;  // per descriptor
   std::vector<char> reached_;                       // per descriptor: used where it runs
+  // The open Chain: its last body pc (0: none), class, and per register the body pc of its
+  // first read before any body write (-1: none) and whether a body instruction wrote it.
+  size_t chain_end_ = 0;
+  TileClass chain_cls_ = TileClass::kFull;
+  std::vector<int64_t> chain_read_;
+  std::vector<char> chain_written_;
 };
 
 Status Verifier::header_error(const std::string& what) const {
@@ -546,15 +555,70 @@ Status Verifier::check_aliasing(const Use* uses, int n) const {
   return Status::ok();
 }
 
+// Chain: the body is the next aux instructions, each verified as usual plus the body rules
+// (check_chain_body); registers written by all but the last are undefined after it.
+Status Verifier::check_chain(const Instr& in) {
+  if (in.ctype != CType::kF32 || in.flags != 0) return error("chain requires f32 and no flags");
+  if (in.aux < kMinChainBody || in.aux > kMaxChainBody)
+    return error("chain body of " + std::to_string(in.aux) + " instructions (allowed " +
+                 std::to_string(kMinChainBody) + ".." + std::to_string(kMaxChainBody) + ")");
+  if (pc_ + in.aux >= p_.num_instrs()) return error("chain body runs past the end of the code");
+  chain_end_ = pc_ + in.aux;
+  chain_cls_ = in.cls;
+  chain_read_.assign(regs_.size(), -1);
+  chain_written_.assign(regs_.size(), 0);
+  return Status::ok();
+}
+
+Status Verifier::check_chain_body(const Instr& in, const Use* uses, int n) {
+  if (in.cls != chain_cls_) return error("chain body instruction of another class");
+  bool last = pc_ == chain_end_;
+  for (int i = 0; i < n; ++i) {
+    const Use& u = uses[i];
+    bool reg = u.o.kind == OperandKind::kReg;
+    if (u.access == Access::kRead) {
+      if (reg && !chain_written_[u.o.index] && chain_read_[u.o.index] < 0)
+        chain_read_[u.o.index] = static_cast<int64_t>(pc_);
+      continue;
+    }
+    if (!last && !reg) return error("chain body writes memory before its last instruction");
+    if (!reg) continue;
+    std::string r = std::to_string(u.o.index).insert(0, 1, 'r');
+    int64_t first_read = chain_read_[u.o.index];
+    // Strips would see the new value where the body expects the old one (broadcast reads).
+    if (first_read >= 0 && !(last && first_read == static_cast<int64_t>(pc_)))
+      return error("chain body writes " + r + " after reading it");
+    if (last && chain_written_[u.o.index])
+      return error("chain result " + r + " is also a chain-local value");
+  }
+  return Status::ok();
+}
+
+// Chain-local values live in strip scratch only: undefined once the chain has run.
+void Verifier::end_chain() {
+  const Instr last = p_.instr(chain_end_);
+  for (size_t r = 0; r < regs_.size(); ++r) {
+    bool result = last.d.kind == OperandKind::kReg && last.d.index == r;
+    if (chain_written_[r] && !result) regs_[r] = RegType{};
+  }
+  chain_end_ = 0;
+}
+
 Status Verifier::check_instr(const Instr& in) {
   DVM_RETURN_IF_ERROR(check_fields(in));
-  if (kOpInfo[static_cast<int>(in.op)].family == Family::kControl) return check_control(in);
+  bool in_chain = chain_end_ != 0;
+  Family family = kOpInfo[static_cast<int>(in.op)].family;
+  if (family == Family::kChain && !in_chain) return check_chain(in);
+  if (family == Family::kControl && !in_chain) return check_control(in);
+  if (in_chain && !chain_body_op(in))
+    return error("not an f32 elementwise op: not allowed in a chain body");
   Use uses[4];
   int n = operand_uses(in, uses);
   for (int i = 0; i < n; ++i) {
     DVM_RETURN_IF_ERROR(check_kind(uses[i]));
     DVM_RETURN_IF_ERROR(check_write_class(uses[i]));
   }
+  if (in_chain) DVM_RETURN_IF_ERROR(check_chain_body(in, uses, n));
   DVM_RETURN_IF_ERROR(check_aliasing(uses, n));
   // Reads first (read-modify-write accumulators included), then writes, as executed.
   for (int i = 0; i < n; ++i) {
@@ -563,9 +627,12 @@ Status Verifier::check_instr(const Instr& in) {
     if (u.o.kind == OperandKind::kReg && u.access != Access::kWrite)
       DVM_RETURN_IF_ERROR(check_reg_read(in, u));
   }
-  for (int i = 0; i < n; ++i)
-    if (uses[i].o.kind == OperandKind::kReg && uses[i].access != Access::kRead)
-      record_write(uses[i]);
+  for (int i = 0; i < n; ++i) {
+    if (uses[i].o.kind != OperandKind::kReg || uses[i].access == Access::kRead) continue;
+    record_write(uses[i]);
+    if (in_chain) chain_written_[uses[i].o.index] = 1;
+  }
+  if (in_chain && pc_ == chain_end_) end_chain();
   return Status::ok();
 }
 

@@ -463,6 +463,67 @@ void Emitter::pre_op_peephole() {
   drop_dead(dead, &code_);
 }
 
+// Chain members: f32 elementwise math over full tiles or column vectors (row-class values are
+// one per row: a strip would be a single element).
+bool chainable(const bc::Instr& in) {
+  return bc::chain_body_op(in) && (in.cls == TileClass::kFull || in.cls == TileClass::kCol);
+}
+
+// Can code[i, j) be a chain body? Every member but the last writes a register read only by
+// later members (chain-local: the verifier makes it undefined after the chain).
+bool chain_ok(const std::vector<bc::Instr>& code, const std::vector<int>& reads,
+              const std::vector<int>& def_at, size_t i, size_t j) {
+  for (size_t m = i; m + 1 < j; ++m) {
+    const Operand& d = code[m].d;
+    if (d.kind != bc::OperandKind::kReg || def_at[d.index] != static_cast<int>(m)) return false;
+    int inside = 0;
+    for (size_t q = m + 1; q < j; ++q) {
+      bc::Instr in = code[q];
+      int used = used_fields(in);
+      for (int k = 1; k < 4; ++k) {
+        const Operand* o = field(in, k);
+        if ((used >> k & 1) && o->kind == bc::OperandKind::kReg && o->index == d.index) ++inside;
+      }
+    }
+    if (inside != reads[d.index]) return false;
+  }
+  return true;
+}
+
+// Runs of elementwise instructions whose intermediates are read only inside the run become
+// one Chain: the run makes one strip-mined pass over the tile with its intermediates in L1,
+// instead of one pass per instruction through tile registers (chain10: 6 passes -> 1).
+void Emitter::chain_peephole() {
+  std::vector<int> reads, def_at;
+  count_uses(code_, num_vregs_, &reads, &def_at);
+  std::vector<bc::Instr> out;
+  size_t i = 0;
+  while (i < code_.size()) {
+    size_t e = i;
+    while (e < code_.size() && e - i < static_cast<size_t>(bc::kMaxChainBody) &&
+           chainable(code_[e]) && code_[e].cls == code_[i].cls)
+      ++e;
+    size_t end = i;
+    for (size_t j = e; j >= i + bc::kMinChainBody && end == i; --j)
+      if (chain_ok(code_, reads, def_at, i, j)) end = j;
+    if (end == i) {
+      out.push_back(code_[i++]);
+      continue;
+    }
+    out.push_back(bc::Instr{bc::Opcode::kChain,
+                            CType::kF32,
+                            code_[i].cls,
+                            0,
+                            static_cast<uint16_t>(end - i),
+                            {},
+                            {},
+                            {},
+                            {}});
+    for (; i < end; ++i) out.push_back(code_[i]);
+  }
+  code_ = std::move(out);
+}
+
 // Shrinks parallel tile chunks until the live registers fit the L1 budget.
 void Emitter::fit_tile_to_cache() {
   bc::Axis& col = L_.bc_axes[L_.col];
@@ -502,6 +563,17 @@ Status Emitter::allocate_registers() {
     for (int k = 0; k < 4; ++k) {
       Operand* o = field(in, k);
       if ((used >> k & 1) && o->kind == bc::OperandKind::kReg) touch(o->index, pc);
+    }
+  }
+  // Registers of a chain body are live over the whole body: its strips interleave them, so
+  // none may share a register with another (see the body rules in isa.def).
+  for (int pc = 0; pc < static_cast<int>(code_.size()); ++pc) {
+    if (code_[pc].op != bc::Opcode::kChain) continue;
+    int end = pc + code_[pc].aux;
+    for (int v = 0; v < n; ++v) {
+      if (last[v] < pc || first[v] > end) continue;
+      first[v] = std::min(first[v], pc);
+      last[v] = std::max(last[v], end);
     }
   }
   // A value live into a loop stays live for the whole loop (later iterations read it).
@@ -558,6 +630,7 @@ Status Emitter::emit() {
   fma_peephole();
   pre_op_peephole();
   direct_store_peephole();
+  chain_peephole();
   DVM_RETURN_IF_ERROR(allocate_registers());
   if (!st_.has_matmul) fit_tile_to_cache();
   prog_.axes = L_.bc_axes;

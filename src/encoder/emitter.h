@@ -59,6 +59,7 @@ class Emitter {
   void fma_peephole();
   void pre_op_peephole();
   void dot_peephole();
+  void chain_peephole();
   void fit_tile_to_cache();
   Status allocate_registers();
 

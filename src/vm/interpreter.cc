@@ -70,6 +70,7 @@ class BlockRunner {
   void exec_argreduce(const Instr& in);
   void exec_matmul(const Instr& in);
   void exec_reduce_dot(const Instr& in);
+  void exec_chain(int32_t pc);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
   int64_t cols_of(TileClass c) const { return bc::class_has_cols(c) ? active_cols_ : 1; }
 
@@ -332,6 +333,77 @@ void BlockRunner::exec_reduce_dot(const Instr& in) {
   }
 }
 
+// A Chain (see isa.def): the body runs strip by strip, kChainStrip columns of one row at a
+// time; chain-local registers live in per-strip scratch (L1), every other operand is read
+// or written in place. The verifier guarantees the strips see what whole-tile passes would.
+constexpr int64_t kChainStrip = 512;
+
+struct ChainOperand {
+  char* p;
+  int64_t rs, cs;
+  int scratch;  // >= 0: a chain-local register, held in this scratch strip
+};
+
+void BlockRunner::exec_chain(int32_t pc) {
+  const Instr& head = lp_.instrs[pc];
+  const int k = head.aux;
+  const Instr* body = &lp_.instrs[pc + 1];
+  alignas(64) float scratch[bc::kMaxChainBody - 1][kChainStrip];
+  int local_reg[bc::kMaxChainBody - 1];
+  int locals = 0;
+  for (int i = 0; i + 1 < k; ++i) {
+    int reg = body[i].d.index;
+    bool seen = false;
+    for (int s = 0; s < locals; ++s) seen |= local_reg[s] == reg;
+    if (!seen) local_reg[locals++] = reg;
+  }
+  auto bind = [&](const Operand& o) {
+    if (o.kind == OperandKind::kReg)
+      for (int s = 0; s < locals; ++s)
+        if (local_reg[s] == o.index) return ChainOperand{nullptr, 0, 1, s};
+    Ref r = resolve(o, CType::kF32);
+    return ChainOperand{r.p, r.rs, r.cs, -1};
+  };
+  ChainOperand ops[bc::kMaxChainBody][4];
+  for (int i = 0; i < k; ++i) {
+    const Instr& in = body[i];
+    ops[i][0] = bind(in.d);
+    ops[i][1] = bind(in.a);
+    bool fma = in.op == bc::Opcode::kFma;
+    bool two = fma || in.flags != 0 || static_cast<int>(in.op) >= bc::kFirstBinary;
+    if (two) ops[i][2] = bind(in.b);
+    if (fma) ops[i][3] = bind(in.c);
+  }
+  int64_t rows = rows_of(head.cls), cols = cols_of(head.cls);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kChainStrip) {
+      const int64_t n = std::min(kChainStrip, cols - c0);
+      auto at = [&](const ChainOperand& o) {
+        return o.scratch >= 0 ? scratch[o.scratch]
+                              : reinterpret_cast<float*>(o.p + (r * o.rs + c0 * o.cs) * 4);
+      };
+      auto inc = [](const ChainOperand& o) { return o.scratch >= 0 ? 1 : static_cast<int>(o.cs); };
+      for (int i = 0; i < k; ++i) {
+        const Instr& in = body[i];
+        const ChainOperand* o = ops[i];
+        int op = static_cast<int>(in.op);
+        if (in.op == bc::Opcode::kFma) {
+          cpu::fma_f32(at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]), inc(o[3]), n);
+        } else if (op >= bc::kFirstBinary) {
+          cpu::binary_f32(static_cast<BinaryOp>(op - bc::kFirstBinary), at(o[0]), at(o[1]),
+                          inc(o[1]), at(o[2]), inc(o[2]), n);
+        } else if (in.flags != 0) {
+          cpu::unary_pre_f32(static_cast<UnaryOp>(op - bc::kFirstUnary), in.flags, at(o[0]),
+                             at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), n);
+        } else {
+          cpu::unary_f32(static_cast<UnaryOp>(op - bc::kFirstUnary), at(o[0]), at(o[1]), inc(o[1]),
+                         n);
+        }
+      }
+    }
+  }
+}
+
 // The tile's rows x cols output block over the whole contraction axis, by the GEMM kernel.
 void BlockRunner::exec_matmul(const Instr& in) {
   const bc::Descriptor& da = p_.descs[in.a.index];
@@ -478,6 +550,10 @@ void BlockRunner::run(int64_t block) {
         }
         break;
       }
+      case bc::Opcode::kChain:
+        exec_chain(pc);
+        pc += in.aux;  // the body ran inside the chain
+        break;
       default:
         exec(in);
         break;
@@ -500,6 +576,7 @@ void BlockRunner::exec(const Instr& in) {
       exec_reduce(in);
       return;
     case bc::Family::kControl:
+    case bc::Family::kChain:
       return;
   }
 }

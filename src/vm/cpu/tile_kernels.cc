@@ -38,6 +38,12 @@ using DU = hn::RebindToUnsigned<DF>;
 using VF = hn::Vec<DF>;
 using VI = hn::Vec<DI>;
 
+// Math lambdas are inlined into their row loops: a call per vector serialises the
+// polynomial evaluations that the out-of-order core would otherwise overlap.
+#ifndef DVM_INL
+#define DVM_INL __attribute__((always_inline))
+#endif
+
 // Lanes of the widest target (AVX3: 16 x 32-bit); sizes the tail buffers.
 constexpr size_t kMaxLanes = 16;
 static_assert(HWY_MAX_BYTES / 4 <= kMaxLanes, "tail buffers too small");
@@ -358,38 +364,39 @@ void UnaryF32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
     case UnaryOp::kAbs:
       return run([](VF x) { return hn::Abs(x); });
     case UnaryOp::kExp:
-      return run([d](VF x) { return ExpF(d, x); });
+      return run([d](VF x) DVM_INL { return ExpF(d, x); });
     case UnaryOp::kLog:
-      return run([d](VF x) { return LogF(d, x); });
+      return run([d](VF x) DVM_INL { return LogF(d, x); });
     case UnaryOp::kLog1p:
-      return run([d](VF x) { return Log1pF(d, x); });
+      return run([d](VF x) DVM_INL { return Log1pF(d, x); });
     case UnaryOp::kExpm1:
-      return run([d](VF x) { return Expm1F(d, x); });
+      return run([d](VF x) DVM_INL { return Expm1F(d, x); });
     case UnaryOp::kSqrt:
       return run([](VF x) { return hn::Sqrt(x); });
     case UnaryOp::kRsqrt:
-      return run([d](VF x) { return hn::Div(hn::Set(d, 1.0f), hn::Sqrt(x)); });
+      return run([d](VF x) DVM_INL { return hn::Div(hn::Set(d, 1.0f), hn::Sqrt(x)); });
     case UnaryOp::kReciprocal:
-      return run([d](VF x) { return hn::Div(hn::Set(d, 1.0f), x); });
+      return run([d](VF x) DVM_INL { return hn::Div(hn::Set(d, 1.0f), x); });
     case UnaryOp::kTanh:
-      return run([d](VF x) { return hn::Tanh(d, x); });
+      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); });
     case UnaryOp::kSigmoid:
-      return run([d](VF x) { return SigmoidF(d, x); });
+      return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
     case UnaryOp::kRelu:
-      return run(
-          [d](VF x) { return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d))); });
+      return run([d](VF x) DVM_INL {
+        return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d)));
+      });
     case UnaryOp::kGeluErf:
-      return run([d](VF x) { return GeluErfF(d, x); });
+      return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
     case UnaryOp::kGeluTanh:
-      return run([d](VF x) { return GeluTanhF(d, x); });
+      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
     case UnaryOp::kSilu:
-      return run([d](VF x) { return hn::Mul(x, SigmoidF(d, x)); });
+      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); });
     case UnaryOp::kErf:
-      return run([d](VF x) { return ErfF(d, x); });
+      return run([d](VF x) DVM_INL { return ErfF(d, x); });
     case UnaryOp::kSin:
-      return run([d](VF x) { return SinCosF<true>(d, x); });
+      return run([d](VF x) DVM_INL { return SinCosF<true>(d, x); });
     case UnaryOp::kCos:
-      return run([d](VF x) { return SinCosF<false>(d, x); });
+      return run([d](VF x) DVM_INL { return SinCosF<false>(d, x); });
     case UnaryOp::kFloor:
       return run([](VF x) { return hn::CopySign(hn::Floor(x), x); });
     case UnaryOp::kCeil:
@@ -399,7 +406,7 @@ void UnaryF32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
     case UnaryOp::kTrunc:
       return run([](VF x) { return hn::CopySign(hn::Trunc(x), x); });
     case UnaryOp::kSign:
-      return run([d](VF x) { return SignF(d, x); });
+      return run([d](VF x) DVM_INL { return SignF(d, x); });
     case UnaryOp::kIsFinite:
     case UnaryOp::kIsNan:
     case UnaryOp::kLogicalNot:
@@ -462,27 +469,28 @@ void UnaryPreF32(UnaryOp op, int pre, float* dst, const float* a, int ainc, cons
   const DF d;
   const auto run = [&](auto f) {
     if (pre == 1) {
-      Map2(d, d, dst, a, ainc, b, binc, n, [&](VF x, VF y) { return f(hn::Add(x, y)); });
+      Map2(d, d, dst, a, ainc, b, binc, n, [&](VF x, VF y) DVM_INL { return f(hn::Add(x, y)); });
     } else {
-      Map2(d, d, dst, a, ainc, b, binc, n, [&](VF x, VF y) { return f(hn::Sub(x, y)); });
+      Map2(d, d, dst, a, ainc, b, binc, n, [&](VF x, VF y) DVM_INL { return f(hn::Sub(x, y)); });
     }
   };
   switch (op) {
     case UnaryOp::kExp:
-      return run([d](VF x) { return ExpF(d, x); });
+      return run([d](VF x) DVM_INL { return ExpF(d, x); });
     case UnaryOp::kTanh:
-      return run([d](VF x) { return hn::Tanh(d, x); });
+      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); });
     case UnaryOp::kSigmoid:
-      return run([d](VF x) { return SigmoidF(d, x); });
+      return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
     case UnaryOp::kSilu:
-      return run([d](VF x) { return hn::Mul(x, SigmoidF(d, x)); });
+      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); });
     case UnaryOp::kGeluErf:
-      return run([d](VF x) { return GeluErfF(d, x); });
+      return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
     case UnaryOp::kGeluTanh:
-      return run([d](VF x) { return GeluTanhF(d, x); });
+      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
     case UnaryOp::kRelu:
-      return run(
-          [d](VF x) { return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d))); });
+      return run([d](VF x) DVM_INL {
+        return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d)));
+      });
     default:
       BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, dst, a, ainc, b, binc, n);
       UnaryF32(op, dst, dst, 1, n);
