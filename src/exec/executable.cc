@@ -503,7 +503,18 @@ StatusOr<TensorArg> CallState::view_of(int id, int src) {
   const Node& n = x_.g->nodes[id];
   if (exec::apply_view(n, p_.shapes[id], p_.bindings, &t)) return t;
   // Not expressible with strides (a reshape of an input with an unusual layout): copy the
-  // operand to contiguous scratch memory first.
+  // operand to contiguous scratch memory first. Operands are resolved before any kernel runs,
+  // so only inputs may be copied here; computed values are contiguous unless the caller passed
+  // a strided output.
+  int root = fuser::storage_root(*x_.g, x_.plan, src);
+  if (x_.plan.role[root] != Role::kInput) {
+    if (x_.output_index[root] < 0) {
+      return internal_error(x_.where(id) + ": a contiguous intermediate needs a copy to view");
+    }
+    return unimplemented(x_.where(id) + ": reshapes output '" +
+                         x_.g->output_names[x_.output_index[root]] +
+                         "', whose strides the caller chose; pass a contiguous output");
+  }
   int64_t numel = 1;
   for (int64_t d : t.shape) numel *= d;
   temps_.push_back(std::make_unique<char[]>(std::max<int64_t>(numel, 1) * dtype_size(t.dtype)));
