@@ -320,6 +320,28 @@ TEST(Fusion, KernelsOfSiblingBranchesMerge) {
   }
 }
 
+TEST(Fusion, UnitDimsDoNotSplitKernels) {
+  // torch's linear over [1, S, K] runs as mm on [S, K] and views the result as [1, S, N].
+  GraphBuilder gb("unit_dims");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {1, s, 16});
+  Tensor w = gb.input("w", DType::kF32, {24, 16});
+  Tensor b = gb.input("b", DType::kF32, {24});
+  Tensor mm = gb.matmul(gb.reshape(x, {s, 16}), w, false, true);
+  Tensor y = gb.gelu(gb.add(gb.reshape(mm, {1, s, 24}), b));
+  gb.output("y", y);
+  Graph g = *gb.build();
+  auto exe = compile_or_die(g);
+  ASSERT_TRUE(exe);
+  EXPECT_EQ(kinds(*exe), "mix") << exe->fusion_report();
+  std::mt19937 rng(15);
+  for (int64_t n : {1, 7}) {
+    expect_fused_matches_unfused(
+        g, {random_host(DType::kF32, {1, n, 16}, rng), random_host(DType::kF32, {24, 16}, rng),
+            random_host(DType::kF32, {24}, rng)});
+  }
+}
+
 TEST(Fusion, ReportSaysWhyKernelsStart) {
   auto exe = compile_or_die(gelu_mlp_graph());
   ASSERT_TRUE(exe);

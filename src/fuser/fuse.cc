@@ -165,7 +165,14 @@ bool Fuser::join_ok(int c, int p, std::string* why) {
   }
   SymShape d = domain_of(c);
   bool matmul_group = grp.kind == KernelKind::kCube || grp.kind == KernelKind::kMix;
-  bool equal = d == grp.domain;
+  // Domains that differ only by size-1 dims (a matmul on [s, N] feeding ops on [1, s, N], as
+  // torch's linear over a 3-d input produces) are the same iteration space.
+  bool same_rank = d.size() == grp.domain.size();
+  bool equal = d == grp.domain || (!same_rank && drop_ones(d) == drop_ones(grp.domain));
+  if (!same_rank && equal && (n.op == GraphOp::kReduce || grp.has_reduce)) {
+    *why = "a reduction over a domain of another rank than the kernel's";
+    return false;
+  }
   bool subset = d.size() == grp.domain.size();
   for (size_t i = 0; subset && i < d.size(); ++i)
     if (!(d[i] == grp.domain[i]) && !is_one(d[i])) subset = false;
