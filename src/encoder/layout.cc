@@ -127,11 +127,16 @@ void choose_matmul_tiling(Layout* L, int threads) {
   chunk[L->col] = balanced(L->axes[L->col].extent, t.n, 16);
   // A row-wise reduction in the tile needs whole rows (a single pass).
   if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
+  // More blocks for the threads: each block packs its own K x cols slice of B and rows x K
+  // slice of A, so splitting rows repacks B and splitting columns repacks A. Split the side
+  // whose split repacks less (small M, e.g. decode and short sequences: split N).
   while (grid_size(*L, chunk) < 2 * threads) {
-    if (chunk[L->row] >= 32) {
-      chunk[L->row] = (chunk[L->row] + 1) / 2;
-    } else if (chunk[L->col] >= 64 && !L->axes[L->col].reduced) {  // whole rows stay whole
+    bool can_rows = chunk[L->row] >= 32;
+    bool can_cols = chunk[L->col] >= 64 && !L->axes[L->col].reduced;  // whole rows stay whole
+    if (can_cols && (!can_rows || chunk[L->row] < chunk[L->col])) {
       chunk[L->col] = round16(chunk[L->col] / 2);
+    } else if (can_rows) {
+      chunk[L->row] = (chunk[L->row] + 1) / 2;
     } else {
       break;
     }
