@@ -12,23 +12,25 @@ namespace dvm {
 
 namespace {
 
-constexpr const char* kUnaryNames[] = {
-#define DVM_UNARY(Name, mnemonic, float_only) mnemonic,
+// The op counts of ops.def (the names come from unary_op_name() and friends).
+constexpr int kNumUnary = 0
+#define DVM_UNARY(Name, mnemonic, float_only) +1
 #include "dvm/ops.def"
-};
-constexpr const char* kBinaryNames[] = {
-#define DVM_BINARY(Name, mnemonic, kind) mnemonic,
+    ;
+constexpr int kNumBinary = 0
+#define DVM_BINARY(Name, mnemonic, kind) +1
 #include "dvm/ops.def"
-};
-constexpr const char* kReduceNames[] = {
-#define DVM_REDUCE(Name, mnemonic) mnemonic,
+    ;
+constexpr int kNumReduce = 0
+#define DVM_REDUCE(Name, mnemonic) +1
 #include "dvm/ops.def"
-};
+    ;
 
-template <size_t N>
-int find_name(const char* const (&names)[N], std::string_view s) {
-  for (size_t i = 0; i < N; ++i)
-    if (s == names[i]) return static_cast<int>(i);
+// Index of the op whose name(op) is `s`, or -1.
+template <typename Op>
+int find_name(int count, const char* (*name)(Op), std::string_view s) {
+  for (int i = 0; i < count; ++i)
+    if (s == name(static_cast<Op>(i))) return i;
   return -1;
 }
 
@@ -40,9 +42,9 @@ std::string number(double v) {
 
 std::string mnemonic(const graph::Node& n) {
   std::string m = graph_op_name(n.op);
-  if (n.op == GraphOp::kUnary) m += std::string(".") + kUnaryNames[n.sub];
-  if (n.op == GraphOp::kBinary) m += std::string(".") + kBinaryNames[n.sub];
-  if (n.op == GraphOp::kReduce) m += std::string(".") + kReduceNames[n.sub];
+  if (n.op == GraphOp::kUnary) m += std::string(".") + unary_op_name(UnaryOp(n.sub));
+  if (n.op == GraphOp::kBinary) m += std::string(".") + binary_op_name(BinaryOp(n.sub));
+  if (n.op == GraphOp::kReduce) m += std::string(".") + reduce_op_name(ReduceOp(n.sub));
   return m;
 }
 
@@ -292,9 +294,9 @@ Status Parser::parse_node(std::string_view line) {
   if (!found) return error("unknown op '" + std::string(op) + "'");
   if (dot != std::string_view::npos) {
     std::string_view sub = op.substr(dot + 1);
-    n.sub = n.op == GraphOp::kUnary    ? find_name(kUnaryNames, sub)
-            : n.op == GraphOp::kBinary ? find_name(kBinaryNames, sub)
-            : n.op == GraphOp::kReduce ? find_name(kReduceNames, sub)
+    n.sub = n.op == GraphOp::kUnary    ? find_name(kNumUnary, unary_op_name, sub)
+            : n.op == GraphOp::kBinary ? find_name(kNumBinary, binary_op_name, sub)
+            : n.op == GraphOp::kReduce ? find_name(kNumReduce, reduce_op_name, sub)
                                        : -1;
     if (n.sub < 0) return error("unknown op '" + std::string(op) + "'");
   }
