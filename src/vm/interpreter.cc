@@ -336,7 +336,7 @@ void BlockRunner::exec_reduce_dot(const Instr& in) {
 // A Chain (see isa.def): the body runs strip by strip, kChainStrip columns of one row at a
 // time; chain-local registers live in per-strip scratch (L1), every other operand is read
 // or written in place. The verifier guarantees the strips see what whole-tile passes would.
-constexpr int64_t kChainStrip = 512;
+constexpr int64_t kChainStrip = 1024;
 
 struct ChainOperand {
   char* p;
@@ -344,35 +344,61 @@ struct ChainOperand {
   int scratch;  // >= 0: a chain-local register, held in this scratch strip
 };
 
+// Does body instruction `in` read register `reg` (as a source)?
+bool reads_reg(const Instr& in, int reg) {
+  bool fma = in.op == bc::Opcode::kFma;
+  bool two = fma || in.flags != 0 || static_cast<int>(in.op) >= bc::kFirstBinary;
+  auto is = [reg](const Operand& o) { return o.kind == OperandKind::kReg && o.index == reg; };
+  return is(in.a) || (two && is(in.b)) || (fma && is(in.c));
+}
+
 void BlockRunner::exec_chain(int32_t pc) {
   const Instr& head = lp_.instrs[pc];
   const int k = head.aux;
   const Instr* body = &lp_.instrs[pc + 1];
   alignas(64) float scratch[bc::kMaxChainBody - 1][kChainStrip];
-  int local_reg[bc::kMaxChainBody - 1];
-  int locals = 0;
-  for (int i = 0; i + 1 < k; ++i) {
-    int reg = body[i].d.index;
-    bool seen = false;
-    for (int s = 0; s < locals; ++s) seen |= local_reg[s] == reg;
-    if (!seen) local_reg[locals++] = reg;
-  }
+  // Chain-local values get scratch strips in program order; a strip is reused once its value
+  // is dead (in place included: the row kernels are elementwise).
+  int slot_reg[bc::kMaxChainBody - 1];  // register held by each slot, -1 free
+  int slots = 0;
+  auto slot_of = [&](int reg) {
+    for (int s = 0; s < slots; ++s)
+      if (slot_reg[s] == reg) return s;
+    return -1;
+  };
   auto bind = [&](const Operand& o) {
-    if (o.kind == OperandKind::kReg)
-      for (int s = 0; s < locals; ++s)
-        if (local_reg[s] == o.index) return ChainOperand{nullptr, 0, 1, s};
+    int s = o.kind == OperandKind::kReg ? slot_of(o.index) : -1;
+    if (s >= 0) return ChainOperand{nullptr, 0, 1, s};
     Ref r = resolve(o, CType::kF32);
     return ChainOperand{r.p, r.rs, r.cs, -1};
   };
   ChainOperand ops[bc::kMaxChainBody][4];
   for (int i = 0; i < k; ++i) {
     const Instr& in = body[i];
-    ops[i][0] = bind(in.d);
-    ops[i][1] = bind(in.a);
     bool fma = in.op == bc::Opcode::kFma;
     bool two = fma || in.flags != 0 || static_cast<int>(in.op) >= bc::kFirstBinary;
+    ops[i][1] = bind(in.a);
     if (two) ops[i][2] = bind(in.b);
     if (fma) ops[i][3] = bind(in.c);
+    // Free the slots whose values are not read again (before being redefined).
+    for (int s = 0; s < slots; ++s) {
+      int reg = slot_reg[s];
+      if (reg < 0) continue;
+      bool live = false;
+      for (int j = i + 1; j < k && !live; ++j) {
+        live = reads_reg(body[j], reg);
+        if (body[j].d.kind == OperandKind::kReg && body[j].d.index == reg) break;
+      }
+      if (!live) slot_reg[s] = -1;
+    }
+    if (i + 1 == k) {
+      ops[i][0] = bind(in.d);
+      break;
+    }
+    int s = slot_of(-1);
+    if (s < 0) s = slots++;
+    slot_reg[s] = in.d.index;
+    ops[i][0] = ChainOperand{nullptr, 0, 1, s};
   }
   int64_t rows = rows_of(head.cls), cols = cols_of(head.cls);
   for (int64_t r = 0; r < rows; ++r) {
