@@ -236,6 +236,32 @@ TEST(Verifier, AcceptsChainAndMatchesSeparatePasses) {
   }
 }
 
+// A chain-local register redefined inside the body: reads after the redefinition see the
+// new value (scratch strips must not keep the old one).
+TEST(Verifier, ChainRedefiningALocalMatchesSeparatePasses) {
+  auto make = [](bool chained) {
+    Program p = chain_program(false);
+    p.code.resize(2);  // keep the row load
+    if (chained) p.emit(ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 4));
+    p.emit(ins(Opcode::kBAdd, CType::kF32, kFull, r(0), Operand::desc(0), Operand::constant(0)));
+    p.emit(ins(Opcode::kBMul, CType::kF32, kFull, r(1), r(0), r(0)));
+    p.emit(ins(Opcode::kBAdd, CType::kF32, kFull, r(0), r(0), r(1)));  // in place
+    p.emit(ins(Opcode::kBSub, CType::kF32, kFull, Operand::desc(3), r(0), r(1)));
+    return p;
+  };
+  Program p = make(true), q = make(false);
+  ASSERT_TRUE(verify(p, nullptr).is_ok()) << verify(p, nullptr).message();
+  ASSERT_TRUE(verify(q, nullptr).is_ok()) << verify(q, nullptr).message();
+  auto chained = chain_buffers(), separate = chain_buffers();
+  run(p, &chained);
+  run(q, &separate);
+  for (int i = 0; i < 6600; ++i) {
+    float x = chained[0][i] + 0.5f, sq = x * x;
+    ASSERT_EQ(chained[3][i], separate[3][i]) << i;
+    ASSERT_EQ(separate[3][i], (x + sq) - sq) << i;
+  }
+}
+
 TEST(Verifier, RejectsBadChains) {
   auto with = [](size_t i, const Instr& in) {
     Program p = chain_program(true);

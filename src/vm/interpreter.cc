@@ -395,6 +395,8 @@ void BlockRunner::exec_chain(int32_t pc) {
       ops[i][0] = bind(in.d);
       break;
     }
+    for (int t = 0; t < slots; ++t)  // a redefinition: later reads see the new value only
+      if (slot_reg[t] == in.d.index) slot_reg[t] = -1;
     int s = slot_of(-1);
     if (s < 0) s = slots++;
     slot_reg[s] = in.d.index;
