@@ -22,6 +22,9 @@ std::shared_ptr<vm::LoadedProgram> load_program(bc::Program p) {
   for (size_t i = 0; i < prog.num_instrs(); ++i) {
     lp->instrs.push_back(prog.instr(i));
     if (lp->instrs.back().op == bc::Opcode::kLoop) open.push_back(static_cast<int32_t>(i));
+    if (lp->instrs.back().op == bc::Opcode::kMatMul) {
+      lp->work_per_elem = std::max(lp->work_per_elem, prog.axes[lp->instrs.back().aux].extent);
+    }
     if (lp->instrs.back().op == bc::Opcode::kEndLoop && !open.empty()) {
       lp->loop_end[open.back()] = static_cast<int32_t>(i);
       lp->loop_end[i] = open.back();

@@ -638,11 +638,12 @@ void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, 
 void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
   int64_t grid = lp.program.grid;
   if (grid <= 0) return;
-  // Work per block is roughly a tile; tiny launches are cheaper on the calling thread than
-  // waking workers (a wake-up costs microseconds).
-  int64_t elems = grid * lp.program.reg_elems;
+  // Work per block is roughly a tile (times the contraction length for matmuls); tiny
+  // launches are cheaper on the calling thread than waking workers (a wake-up costs
+  // microseconds).
+  int64_t work = grid * lp.program.reg_elems * std::max<int64_t>(1, lp.work_per_elem);
   int parts = static_cast<int>(std::min<int64_t>(num_threads, grid));
-  if (elems < (int64_t{1} << 15)) parts = 1;
+  if (work < (int64_t{1} << 15)) parts = 1;
   if (parts <= 1) {
     run_blocks(lp, args, 0, grid);
     return;

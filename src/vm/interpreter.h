@@ -15,6 +15,9 @@ struct LoadedProgram {
   std::vector<int32_t> loop_end;  // for each Loop: index of its EndLoop (and vice versa)
   int row_axis = -1;
   int col_axis = -1;
+  // Work per register element, relative to an elementwise op: the contraction length of the
+  // program's matmuls (a small matmul output can still be a lot of work for the threads).
+  int64_t work_per_elem = 1;
 };
 
 // Run-time bindings of one launch: tensor base pointers per slot and scalar params.
