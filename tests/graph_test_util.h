@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dvm/graph.h"
+#include "vm/scalar_ops.h"
 
 namespace dvm::testing {
 
@@ -33,29 +34,9 @@ struct HostTensor {
     return t;
   }
   double at(int64_t i) const {
-    const char* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::kF32: {
-        float v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DType::kI32: {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DType::kI64: {
-        int64_t v;
-        std::memcpy(&v, p, 8);
-        return static_cast<double>(v);
-      }
-      case DType::kBool:
-        return p[0] != 0;
-      default:
-        return 0;  // f16/bf16 are compared through f32 outputs in these tests
-    }
+    return vm::load_element(bytes.data() + i * dtype_size(dtype), dtype);
   }
+
   void set(int64_t i, double v) {
     char* p = bytes.data() + i * dtype_size(dtype);
     switch (dtype) {

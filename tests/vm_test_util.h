@@ -118,37 +118,7 @@ inline DType dtype_of_output(const Kernel& k, int out) {
 }
 
 inline double element(const Buffer& b, int64_t i) {
-  const char* p = b.bytes.data() + i * dtype_size(b.dtype);
-  switch (b.dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return vm::f16_bits_to_f32(v);
-    }
-    case DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return vm::bf16_bits_to_f32(v);
-    }
-    case DType::kI32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kI64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::kBool:
-      return *p;
-  }
-  return 0;
+  return vm::load_element(b.bytes.data() + i * dtype_size(b.dtype), b.dtype);
 }
 
 struct Tolerance {

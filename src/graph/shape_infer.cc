@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "graph/graph_def.h"
+#include "vm/scalar_ops.h"
 
 namespace dvm::graph {
 
@@ -15,11 +16,6 @@ constexpr int kUnaryFloatOnly[] = {
 #define DVM_UNARY(Name, mnemonic, float_only) float_only,
 #include "dvm/ops.def"
 };
-constexpr int kBinaryKind[] = {
-#define DVM_BINARY(Name, mnemonic, kind) kind,
-#include "dvm/ops.def"
-};
-
 Status fail(const GraphDef& g, const Node& n, const std::string& msg) {
   return invalid_argument(g.name + ": " + graph_op_name(n.op) + ": " + msg);
 }
@@ -78,19 +74,6 @@ Status normalize_axes(const GraphDef& g, const Node& n, int rank, std::vector<in
   std::sort(axes->begin(), axes->end());
   axes->erase(std::unique(axes->begin(), axes->end()), axes->end());
   return Status::ok();
-}
-
-DType float_of(DType t) {
-  return is_float(t) ? t : DType::kF32;
-}
-
-DType binary_dtype(BinaryOp op, DType a, DType b) {
-  int kind = kBinaryKind[static_cast<int>(op)];
-  DType t = promote_types(a, b);
-  if (kind != 0) return DType::kBool;
-  if (op == BinaryOp::kDiv && !is_float(t)) return DType::kF32;
-  if (t == DType::kBool) return DType::kI32;
-  return t;
 }
 
 Status infer_unary(const GraphDef& g, Node& n) {
@@ -213,7 +196,7 @@ Status infer_reduce(const GraphDef& g, Node& n) {
   bool arg = op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
   if (arg && n.ints.size() != 1) return fail(g, n, "exactly one axis required");
   DType t = x.dtype;
-  if (op == ReduceOp::kMean) t = float_of(t);
+  if (op == ReduceOp::kMean) t = vm::float_dtype(t);
   if (t == DType::kBool && (op == ReduceOp::kSum || op == ReduceOp::kProd)) t = DType::kI64;
   n.dtype = arg ? DType::kI64 : t;
   n.shape.clear();
@@ -288,7 +271,7 @@ Status infer_norm(const GraphDef& g, Node& n) {
                       " does not match the normalised dims " + shape_str(tail));
     }
   }
-  n.dtype = float_of(x.dtype);
+  n.dtype = vm::float_dtype(x.dtype);
   n.shape = x.shape;
   return Status::ok();
 }
@@ -321,7 +304,7 @@ Status infer_attention(const GraphDef& g, Node& n) {
         g, n,
         "q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) + " do not match");
   }
-  n.dtype = float_of(in(g, n, 0).dtype);
+  n.dtype = vm::float_dtype(in(g, n, 0).dtype);
   n.shape = q;
   n.shape.back() = v.back();
   return Status::ok();
@@ -336,11 +319,11 @@ Status infer_composite(const GraphDef& g, Node& n) {
       [[fallthrough]];
     case GraphOp::kGelu:
     case GraphOp::kSilu:
-      n.dtype = float_of(x.dtype);
+      n.dtype = vm::float_dtype(x.dtype);
       n.shape = x.shape;
       return Status::ok();
     case GraphOp::kSwiglu:
-      n.dtype = float_of(promote_types(x.dtype, in(g, n, 1).dtype));
+      n.dtype = vm::float_dtype(promote_types(x.dtype, in(g, n, 1).dtype));
       return broadcast(g, n, x.shape, in(g, n, 1).shape, &n.shape);
     case GraphOp::kLayerNorm:
     case GraphOp::kRmsNorm:
@@ -365,7 +348,7 @@ Status infer_composite(const GraphDef& g, Node& n) {
       DVM_RETURN_IF_ERROR(infer_reduce(g, r));
       n.ints = r.ints;
       n.shape = r.shape;
-      n.dtype = float_of(x.dtype);
+      n.dtype = vm::float_dtype(x.dtype);
       return Status::ok();
     }
     case GraphOp::kCrossEntropy: {
@@ -376,7 +359,7 @@ Status infer_composite(const GraphDef& g, Node& n) {
                     "needs logits [N, C] and integer targets [N], got " + shape_str(x.shape) +
                         " and " + shape_str(t.shape));
       }
-      n.dtype = float_of(x.dtype);
+      n.dtype = vm::float_dtype(x.dtype);
       n.shape = {};
       return Status::ok();
     }
@@ -403,7 +386,8 @@ Status infer_meta(const GraphDef& g, Node& n) {
     case GraphOp::kUnary:
       return infer_unary(g, n);
     case GraphOp::kBinary:
-      n.dtype = binary_dtype(static_cast<BinaryOp>(n.sub), in(g, n, 0).dtype, in(g, n, 1).dtype);
+      n.dtype = vm::binary_result_dtype(static_cast<BinaryOp>(n.sub), in(g, n, 0).dtype,
+                                        in(g, n, 1).dtype);
       return broadcast(g, n, in(g, n, 0).shape, in(g, n, 1).shape, &n.shape);
     case GraphOp::kSelect: {
       SymShape s;

@@ -77,19 +77,6 @@ Status normalize_axes(const Node& n, int rank, std::vector<int64_t>* axes) {
   return Status::ok();
 }
 
-DType float_of(DType t) {
-  return is_float(t) ? t : DType::kF32;
-}
-
-DType binary_dtype(BinaryOp op, DType a, DType b) {
-  int kind = vm::binary_kind(op);
-  DType t = promote_types(a, b);
-  if (kind != 0) return DType::kBool;
-  if (op == BinaryOp::kDiv && !is_float(t)) return DType::kF32;
-  if (t == DType::kBool) return DType::kI32;
-  return t;
-}
-
 int64_t numel(const Shape& s) {
   int64_t p = 1;
   for (int64_t d : s) p *= d;
@@ -248,7 +235,7 @@ Status infer_reduce(Node& n) {
   bool arg = op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
   if (arg && n.ints.size() != 1) return fail(n, "exactly one axis required");
   DType t = x.dtype;
-  if (op == ReduceOp::kMean) t = float_of(t);
+  if (op == ReduceOp::kMean) t = vm::float_dtype(t);
   if (t == DType::kBool && (op == ReduceOp::kSum || op == ReduceOp::kProd)) t = DType::kI64;
   n.dtype = arg ? DType::kI64 : t;
   n.shape.clear();
@@ -313,7 +300,7 @@ Status infer_norm(Node& n) {
                          " does not match the normalised dims " + shape_str(tail));
     }
   }
-  n.dtype = float_of(x.dtype);
+  n.dtype = vm::float_dtype(x.dtype);
   n.shape = x.shape;
   return Status::ok();
 }
@@ -344,7 +331,7 @@ Status infer_attention(Node& n) {
     return fail(
         n, "q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) + " do not match");
   }
-  n.dtype = float_of(in(n, 0).dtype);
+  n.dtype = vm::float_dtype(in(n, 0).dtype);
   n.shape = q;
   n.shape.back() = v.back();
   return Status::ok();
@@ -359,11 +346,11 @@ Status infer_composite(Node& n) {
       [[fallthrough]];
     case GraphOp::kGelu:
     case GraphOp::kSilu:
-      n.dtype = float_of(x.dtype);
+      n.dtype = vm::float_dtype(x.dtype);
       n.shape = x.shape;
       return Status::ok();
     case GraphOp::kSwiglu:
-      n.dtype = float_of(promote_types(x.dtype, in(n, 1).dtype));
+      n.dtype = vm::float_dtype(promote_types(x.dtype, in(n, 1).dtype));
       return broadcast(n, x.shape, in(n, 1).shape, &n.shape);
     case GraphOp::kLayerNorm:
     case GraphOp::kRmsNorm:
@@ -389,7 +376,7 @@ Status infer_composite(Node& n) {
         if (!reduced) n.shape.push_back(x.shape[i]);
         if (reduced && n.flag) n.shape.push_back(1);
       }
-      n.dtype = float_of(x.dtype);
+      n.dtype = vm::float_dtype(x.dtype);
       return Status::ok();
     }
     case GraphOp::kCrossEntropy: {
@@ -399,7 +386,7 @@ Status infer_composite(Node& n) {
         return fail(n, "needs logits [N, C] and integer targets [N], got " + shape_str(x.shape) +
                            " and " + shape_str(t.shape));
       }
-      n.dtype = float_of(x.dtype);
+      n.dtype = vm::float_dtype(x.dtype);
       n.shape = {};
       return Status::ok();
     }
@@ -433,7 +420,8 @@ Status infer(Node& n, const std::vector<int64_t>& shape_attr) {
       return Status::ok();
     }
     case GraphOp::kBinary:
-      n.dtype = binary_dtype(static_cast<BinaryOp>(n.sub), in(n, 0).dtype, in(n, 1).dtype);
+      n.dtype =
+          vm::binary_result_dtype(static_cast<BinaryOp>(n.sub), in(n, 0).dtype, in(n, 1).dtype);
       return broadcast(n, in(n, 0).shape, in(n, 1).shape, &n.shape);
     case GraphOp::kSelect: {
       Shape s;

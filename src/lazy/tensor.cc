@@ -152,33 +152,7 @@ double read_element(const TensorArg& a, int64_t flat) {
     flat = a.shape[d] ? flat / a.shape[d] : 0;
     off += i * a.strides[d];
   }
-  const char* p = static_cast<const char*>(a.data) + off * dtype_size(a.dtype);
-  switch (a.dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return a.dtype == DType::kF16 ? vm::f16_bits_to_f32(v) : vm::bf16_bits_to_f32(v);
-    }
-    case DType::kI32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kI64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::kBool:
-      return *p ? 1.0 : 0.0;
-  }
-  return 0;
+  return vm::load_element(static_cast<const char*>(a.data) + off * dtype_size(a.dtype), a.dtype);
 }
 
 std::string format_number(double v, DType t) {

@@ -587,4 +587,50 @@ inline bool arg_better(ReduceOp op, T v, int64_t i, T cur_v, int64_t cur_i) {
   return op == ReduceOp::kArgMin ? v < cur_v : v > cur_v;
 }
 
+// The dtype of a binary op's result under torch-style promotion (bool results for
+// comparisons and logical ops, true division of integers, bool arithmetic as i32) — the rule
+// the kernel builder applies, shared by the graph IR and the lazy runtime.
+inline DType binary_result_dtype(BinaryOp op, DType a, DType b) {
+  DType t = promote_types(a, b);
+  if (binary_kind(op) != 0) return DType::kBool;
+  if (op == BinaryOp::kDiv && !is_float(t)) return DType::kF32;
+  if (t == DType::kBool) return DType::kI32;
+  return t;
+}
+
+// The dtype floating-point ops compute and return for inputs of dtype t.
+inline constexpr DType float_dtype(DType t) {
+  return is_float(t) ? t : DType::kF32;
+}
+
+// Element value as a double, from its stored bytes (f16/bf16 widened, bool as 0/1).
+inline double load_element(const void* p, DType t) {
+  switch (t) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return t == DType::kF16 ? f16_bits_to_f32(v) : bf16_bits_to_f32(v);
+    }
+    case DType::kI32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kI64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DType::kBool:
+      return *static_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
 }  // namespace dvm::vm
