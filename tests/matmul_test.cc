@@ -280,5 +280,92 @@ TEST(MatMul, ReductionsOfMatmulOutputs) {
   }
 }
 
+// Weights marked constant (TensorArg::version) are packed once into the weight cache and
+// shared by every tile and call; results must not change, whatever the shape, layout or dtype.
+TEST(MatMulWeightCache, ConstantWeightsMatchReference) {
+  clear_weight_cache();
+  std::mt19937 rng(11);
+  struct Case {
+    DType t;
+    std::vector<int64_t> a, b;
+    bool tb;
+    bool strided_b;
+  };
+  const std::vector<Case> cases = {
+      {DType::kF32, {130, 257}, {257, 129}, false, false},
+      {DType::kF32, {64, 768}, {300, 768}, true, false},  // a linear layer's x @ W^T
+      {DType::kF32, {3, 64}, {96, 64}, true, false},      // skinny: W read in place
+      {DType::kF32, {7, 40}, {40, 33}, false, true},
+      {DType::kF32, {2, 9, 48}, {2, 48, 70}, false, false},  // a constant per batch
+      {DType::kF32, {3, 1, 7, 5}, {2, 5, 6}, false, false},
+      {DType::kF16, {33, 48}, {48, 40}, false, false},
+      {DType::kBF16, {5, 64}, {80, 64}, true, false},
+  };
+  uint64_t version = 1;
+  for (const Case& c : cases) {
+    KernelBuilder kb("mm_const");
+    std::vector<Dim> da(c.a.begin(), c.a.end()), db(c.b.begin(), c.b.end());
+    Value a = kb.load("a", c.t, da);
+    Value b = kb.load("w", c.t, db);
+    kb.store("y", kb.matmul(a, b, false, c.tb));
+    Kernel k = kb.build().value();
+    Buffer w = make_buffer(c.t, c.b, rng, c.strided_b, c.strided_b ? 5 : 0);
+    w.arg.version = version++;
+    const int64_t kdim = c.a.back();
+    const double rel = c.t == DType::kF32 ? 1e-4 : (c.t == DType::kF16 ? 2e-3 : 1e-2);
+    for (int call = 0; call < 2; ++call) {  // the second call finds the packed weight
+      expect_matches_reference(k, {make_buffer(c.t, c.a, rng), w},
+                               Tolerance{mm_tol(kdim).abs * 10, rel}, {},
+                               "case " + std::to_string(version - 1));
+    }
+  }
+  WeightCacheStats st = weight_cache_stats();
+  EXPECT_GT(st.packs, 0);
+  EXPECT_GE(st.hits, st.packs);
+  EXPECT_GT(st.bytes, 0);
+}
+
+// One packed copy per weight and version, whatever the row count (tilings split N differently
+// for few rows); a new version packs again; capacity 0 disables the cache.
+TEST(MatMulWeightCache, OnePackPerVersionAndCapacity) {
+  clear_weight_cache();
+  set_weight_cache_capacity(size_t{1} << 30);
+  std::mt19937 rng(12);
+  KernelBuilder kb("linear");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 256});
+  Value w = kb.load("w", DType::kF32, {512, 256});
+  kb.store("y", kb.matmul(x, w, false, true));
+  Kernel k = kb.build().value();
+  // The weight lives outside the Buffer, so that the copies expect_matches_reference makes keep
+  // pointing at it (one address, as a model's weight).
+  Buffer wb = make_buffer(DType::kF32, {512, 256}, rng);
+  std::vector<char> weight = wb.bytes;
+  wb.arg.data = weight.data();
+  wb.arg.version = 42;
+  for (int64_t rows : {8, 16, 64, 200, 33}) {
+    expect_matches_reference(k, {make_buffer(DType::kF32, {rows, 256}, rng), wb}, mm_tol(256));
+  }
+  WeightCacheStats st = weight_cache_stats();
+  EXPECT_EQ(st.packs, 1);
+  EXPECT_EQ(st.entries, 1);
+  EXPECT_GE(st.hits, 4);
+  // New contents under a new version: packed again, results follow the new contents.
+  weight = make_buffer(DType::kF32, {512, 256}, rng).bytes;  // same size: same address
+  wb.arg.data = weight.data();
+  wb.arg.version = 43;
+  expect_matches_reference(k, {make_buffer(DType::kF32, {40, 256}, rng), wb}, mm_tol(256));
+  EXPECT_EQ(weight_cache_stats().packs, 2);
+  // A capacity below one packed weight evicts everything and caches nothing more.
+  set_weight_cache_capacity(1024);
+  EXPECT_EQ(weight_cache_stats().entries, 0);
+  EXPECT_GE(weight_cache_stats().evictions, 2);
+  wb.arg.version = 44;
+  expect_matches_reference(k, {make_buffer(DType::kF32, {40, 256}, rng), wb}, mm_tol(256));
+  EXPECT_EQ(weight_cache_stats().entries, 0);
+  set_weight_cache_capacity(size_t{1} << 30);
+  clear_weight_cache();
+}
+
 }  // namespace
 }  // namespace dvm::testing

@@ -30,6 +30,11 @@ struct TensorArg {
   // Number of elements of storage at `data`; -1: exactly what the view spans. Every access
   // the VM makes is proven to stay inside [data, data + storage_elems).
   int64_t storage_elems = -1;
+  // Nonzero: the caller promises that whenever it passes this memory with this version, the
+  // memory holds the same contents (weights: give a new version after writing them). The VM
+  // then packs the tensor once as a matmul operand and reuses the packed form across calls
+  // (see WeightCacheStats). 0: contents may change between calls; nothing is cached.
+  uint64_t version = 0;
 
   static TensorArg contiguous(void* data, DType dtype, std::vector<int64_t> shape);
   int64_t numel() const;
@@ -56,6 +61,22 @@ struct RunStats {
   int64_t blocks = 0;       // VM blocks executed
   int64_t bytes_moved = 0;  // bytes loaded + stored by the programs (nominal)
 };
+
+// The process-wide cache of packed matmul operands (tensors passed with a nonzero
+// TensorArg::version). Entries are dropped least recently used first beyond the capacity.
+struct WeightCacheStats {
+  int64_t entries = 0;
+  int64_t bytes = 0;
+  int64_t hits = 0;       // lookups that found a packed operand
+  int64_t packs = 0;      // operands packed (misses)
+  int64_t evictions = 0;  // entries dropped for capacity
+};
+WeightCacheStats weight_cache_stats();
+// Bytes of packed operands kept (default 1 GiB, or the DVM_WEIGHT_CACHE_MB environment
+// variable); 0 disables the cache. Shrinking evicts at once.
+void set_weight_cache_capacity(size_t bytes);
+// Drops every entry and zeroes the counters.
+void clear_weight_cache();
 
 namespace runtime {
 class KernelCache;

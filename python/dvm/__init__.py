@@ -36,6 +36,11 @@ from ._dvm import (
     sym_min,
     CompiledKernel,
     CompileOptions,
+    Constant,
+    WeightCacheStats,
+    clear_weight_cache,
+    set_weight_cache_capacity,
+    weight_cache_stats,
     CType,
     Dim,
     DType,
@@ -60,7 +65,7 @@ from ._dvm import (
     status_code_name,
     unary_op_name,
 )
-from ._arrays import dtype_of, empty, numpy_dtype, torch_dtype
+from ._arrays import constant, dtype_of, empty, numpy_dtype, torch_dtype
 from ._call import compile
 from . import _graph  # noqa: F401  (installs Executable.__call__)
 from . import lazy  # dvm.lazy(): the PyTorch lazy mode; dvm.lazy.Tensor: lazy tensors
@@ -87,6 +92,12 @@ __all__ = [
     "CType",
     "CompileOptions",
     "CompiledKernel",
+    "Constant",
+    "WeightCacheStats",
+    "clear_weight_cache",
+    "constant",
+    "set_weight_cache_capacity",
+    "weight_cache_stats",
     "DType",
     "Dim",
     "DvmError",

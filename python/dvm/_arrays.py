@@ -3,11 +3,12 @@
 numpy has no bfloat16, so bf16 (and, by choice, nothing else) needs torch.
 """
 
+import itertools
 import sys
 
 import numpy as np
 
-from ._dvm import DType, DvmError, StatusCode
+from ._dvm import Constant, DType, DvmError, StatusCode
 
 _NUMPY = {
     DType.F32: np.dtype(np.float32),
@@ -92,3 +93,26 @@ def empty(shape, dtype, like=()):
 
         return torch.empty(tuple(shape), dtype=_torch_dtypes(torch)[dtype])
     return np.empty(tuple(shape), dtype=numpy_dtype(dtype))
+
+
+_tensor_ids = itertools.count(1)
+
+
+def constant(x, version=None):
+    """``dvm.Constant(x, version)``: marks an input that stays unchanged across calls (a
+    weight), so DVM packs it once as a matmul operand and reuses the packed form.
+
+    For a torch tensor the version may be omitted: it is derived from a process-unique id kept
+    on the tensor and torch's in-place version counter (``x._version``), so writing the tensor
+    in place (``copy_``, an optimizer step) makes DVM pack it again. Other arrays need an
+    explicit nonzero version, changed by the caller whenever it writes them.
+    """
+    if version is None:
+        if not _is_torch(x):
+            raise _error("dvm.constant: pass a version for arrays that are not torch tensors")
+        d = x.__dict__
+        tid = d.get("_dvm_tid")
+        if tid is None:
+            tid = d["_dvm_tid"] = next(_tensor_ids)
+        version = (tid << 32) | (x._version & 0xFFFFFFFF)
+    return Constant(x, version)

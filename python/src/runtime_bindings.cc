@@ -139,6 +139,13 @@ bool torch_arg(nb::handle item, const char* what, size_t i, const std::vector<st
   return true;
 }
 
+// `dvm.Constant(array, version)`: an input the caller promises not to change while it passes
+// the same version (TensorArg::version): the VM packs it once as a matmul operand.
+struct PyConstant {
+  nb::object array;
+  uint64_t version = 0;
+};
+
 // Converts a sequence of arrays. `arrays` and `objects` hold what was converted until the call
 // returns (the caller's list may change while the GIL is released).
 template <typename A>
@@ -153,6 +160,16 @@ std::vector<TensorArg> tensor_args(nb::handle seq, const char* what,
   args.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     nb::object item = seq[i];
+    uint64_t version = 0;
+    if (nb::isinstance<PyConstant>(item)) {
+      if (std::string(what) == "output") {
+        throw StatusError(
+            invalid_argument(arg_label(what, i, names) + ": an output cannot be a dvm.Constant"));
+      }
+      const PyConstant& c = nb::cast<const PyConstant&>(item);
+      version = c.version;
+      item = c.array;
+    }
     TensorArg t;
     if (!torch_arg(item, what, i, names, &t)) {
       A a;
@@ -166,6 +183,7 @@ std::vector<TensorArg> tensor_args(nb::handle seq, const char* what,
       t = ndarray_arg(a, what, i, names);
       arrays->push_back(std::move(a));
     }
+    t.version = version;
     args.push_back(std::move(t));
     objects->push_back(std::move(item));
   }
@@ -275,7 +293,42 @@ ConvertedArrays convert_arrays(nb::handle seq, const char* what,
   return c;
 }
 
+void bind_weight_cache(nb::module_& m) {
+  nb::class_<PyConstant>(m, "Constant",
+                         "An input array the caller promises not to write while it passes the "
+                         "same nonzero version; DVM packs it once as a matmul operand (weights). "
+                         "dvm.constant() picks the version of a torch tensor itself.")
+      .def(
+          "__init__",
+          [](PyConstant* c, nb::object array, uint64_t version) {
+            if (version == 0) {
+              throw StatusError(invalid_argument("dvm.Constant: the version must be nonzero"));
+            }
+            new (c) PyConstant{std::move(array), version};
+          },
+          nb::arg("array"), nb::arg("version"))
+      .def_ro("array", &PyConstant::array)
+      .def_ro("version", &PyConstant::version);
+  nb::class_<WeightCacheStats>(m, "WeightCacheStats", "Counters of the packed-weight cache.")
+      .def_ro("entries", &WeightCacheStats::entries)
+      .def_ro("bytes", &WeightCacheStats::bytes)
+      .def_ro("hits", &WeightCacheStats::hits)
+      .def_ro("packs", &WeightCacheStats::packs)
+      .def_ro("evictions", &WeightCacheStats::evictions)
+      .def("__repr__", [](const WeightCacheStats& s) {
+        std::ostringstream os;
+        os << "WeightCacheStats(entries=" << s.entries << ", bytes=" << s.bytes
+           << ", hits=" << s.hits << ", packs=" << s.packs << ", evictions=" << s.evictions << ")";
+        return os.str();
+      });
+  m.def("weight_cache_stats", &weight_cache_stats);
+  m.def("set_weight_cache_capacity", &set_weight_cache_capacity, nb::arg("bytes"),
+        "Bytes of packed weights kept (default 1 GiB or DVM_WEIGHT_CACHE_MB); 0 disables.");
+  m.def("clear_weight_cache", &clear_weight_cache, "Drops every entry and zeroes the counters.");
+}
+
 void bind_runtime(nb::module_& m) {
+  bind_weight_cache(m);
   nb::class_<CompileOptions>(m, "CompileOptions")
       .def(
           "__init__",

@@ -2,16 +2,17 @@
 // DVM_DUMP_BYTECODE=1 prints every encoded program to
 // stderr; DVM_NUM_THREADS=n caps the VM's threads; DVM_VERIFY_ALWAYS=1 re-verifies programs on
 // cache hits too (debugging aid); DVM_LAZY_DUMP=1 prints each graph a lazy-tensor flush compiles
-// (plan-cache misses) with its fusion report.
+// (plan-cache misses) with its fusion report; DVM_WEIGHT_CACHE_MB=n sizes the packed-weight cache.
 #pragma once
 
 namespace dvm::base {
 
 struct EnvKnobs {
   bool dump_bytecode = false;
-  bool dump_ir = false;    // DVM_DUMP_IR=1: the graph IR after each pass
-  int num_threads = 0;     // 0: unset
-  bool lazy_dump = false;  // DVM_LAZY_DUMP=1: graphs compiled by lazy flushes
+  bool dump_ir = false;      // DVM_DUMP_IR=1: the graph IR after each pass
+  int num_threads = 0;       // 0: unset
+  bool lazy_dump = false;    // DVM_LAZY_DUMP=1: graphs compiled by lazy flushes
+  int weight_cache_mb = -1;  // DVM_WEIGHT_CACHE_MB: -1 unset
 };
 
 // Read once, on first use.

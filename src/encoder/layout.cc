@@ -124,7 +124,9 @@ void choose_matmul_tiling(Layout* L, int threads) {
     return std::min(pref, (c + align - 1) / align * align);
   };
   chunk[L->row] = balanced(L->axes[L->row].extent, t.m, micro.m);
-  chunk[L->col] = balanced(L->axes[L->col].extent, t.n, 16);
+  // Column chunks are whole GEMM panels (micro.n columns): a cached packed B (constant
+  // weights, vm/weight_cache.h) serves only tiles that start on a panel boundary.
+  chunk[L->col] = balanced(L->axes[L->col].extent, t.n, micro.n);
   // A row-wise reduction in the tile needs whole rows (a single pass).
   if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
   // More blocks for the threads: each block packs its own K x cols slice of B and rows x K
@@ -132,9 +134,9 @@ void choose_matmul_tiling(Layout* L, int threads) {
   // whose split repacks less (small M, e.g. decode and short sequences: split N).
   while (grid_size(*L, chunk) < 2 * threads) {
     bool can_rows = chunk[L->row] >= 32;
-    bool can_cols = chunk[L->col] >= 64 && !L->axes[L->col].reduced;  // whole rows stay whole
+    bool can_cols = chunk[L->col] >= 2 * micro.n && !L->axes[L->col].reduced;  // rows stay whole
     if (can_cols && (!can_rows || chunk[L->row] < chunk[L->col])) {
-      chunk[L->col] = round16(chunk[L->col] / 2);
+      chunk[L->col] = (chunk[L->col] / 2 + micro.n - 1) / micro.n * micro.n;
     } else if (can_rows) {
       chunk[L->row] = (chunk[L->row] + 1) / 2;
     } else {

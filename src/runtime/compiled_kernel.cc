@@ -176,8 +176,11 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
   const ir::KernelDef& def = impl_->kernel.def();
   size_t nslots = ek->slot_spans.size();
   thread_local std::vector<void*> slots;
+  thread_local std::vector<uint64_t> versions;
   thread_local std::vector<std::vector<char>> workspaces;
   slots.assign(nslots, nullptr);
+  versions.assign(nslots, 0);
+  bool any_version = false;
   size_t io = inputs.size() + outputs.size();
   if (workspaces.size() < ek->workspace_bytes.size()) workspaces.resize(ek->workspace_bytes.size());
   for (size_t s = 0; s < nslots; ++s) {
@@ -187,6 +190,11 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
       const TensorArg& t = s < inputs.size() ? inputs[s] : outputs[s - inputs.size()];
       slots[s] = t.data;
       storage = storage_of(t);
+      // Outputs are written: never cached as constant operands.
+      if (s < inputs.size() && t.version != 0) {
+        versions[s] = t.version;
+        any_version = true;
+      }
     } else {
       auto& ws = workspaces[s - io];
       size_t bytes = static_cast<size_t>(ek->workspace_bytes[s - io]);
@@ -211,7 +219,7 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
     consts[i].i64 = iv;
     consts[i].i32 = static_cast<int32_t>(static_cast<uint64_t>(iv));
   }
-  vm::LaunchArgs args{slots.data(), consts.data()};
+  vm::LaunchArgs args{slots.data(), consts.data(), any_version ? versions.data() : nullptr};
   for (const auto& p : ek->programs) {
     vm::launch(*p, args, impl_->threads);
     if (stats) stats->blocks += p->program.grid;

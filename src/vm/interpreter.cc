@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "vm/cpu/gemm.h"
 #include "vm/cpu/tile_kernels.h"
+#include "vm/weight_cache.h"
 
 namespace dvm::vm {
 
@@ -69,6 +70,8 @@ class BlockRunner {
   void exec_reduce(const Instr& in);
   void exec_argreduce(const Instr& in);
   void exec_matmul(const Instr& in);
+  const float* packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
+                        int64_t ak);
   void exec_reduce_dot(const Instr& in);
   void exec_chain(int32_t pc);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
@@ -81,6 +84,9 @@ class BlockRunner {
   int64_t ivar_[bc::kMaxAxes] = {};
   int64_t active_rows_ = 1;
   int64_t active_cols_ = 1;
+  // The constant B this runner's tiles last multiplied by (one lookup per launch and thread).
+  std::shared_ptr<const vm::PackedWeight> packed_;
+  vm::WeightKey packed_key_;
 };
 
 void BlockRunner::set_axis(int axis, int64_t trip) {
@@ -432,6 +438,34 @@ void BlockRunner::exec_chain(int32_t pc) {
   }
 }
 
+// The cached packed panels of a constant B (its slot has a version), from the tile's first
+// column on; null when B is not constant, the tile does not start on a panel boundary, or the
+// GEMM reads B in place anyway. The whole K x N matrix is packed (for this tile's batch
+// index): every tile of every call shares it.
+const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
+                                   int64_t rows, int64_t ak) {
+  if (args_.versions == nullptr || args_.versions[db.slot] == 0) return nullptr;
+  if (cpu::gemm_skinny_in_place(rows, ak, bk, b.cs) && db.dtype == DType::kF32) return nullptr;
+  static const int64_t panel_cols = cpu::gemm_micro_tile().n;
+  const int col = lp_.col_axis;
+  const int64_t j0 = col >= 0 ? ivar_[col] : 0;
+  if (j0 % panel_cols != 0) return nullptr;
+  vm::WeightKey key;
+  key.data = b.p - j0 * b.cs * dtype_size(db.dtype);
+  key.version = args_.versions[db.slot];
+  key.k = k;
+  key.n = col >= 0 ? p_.axes[col].extent : 1;
+  key.rs = bk;
+  key.cs = b.cs;
+  key.dtype = db.dtype;
+  if (packed_ == nullptr || !(packed_key_ == key)) {
+    packed_ = vm::packed_weight(key);
+    packed_key_ = key;
+    if (packed_ == nullptr) return nullptr;
+  }
+  return packed_->panels() + j0 / panel_cols * (k * panel_cols);
+}
+
 // The tile's rows x cols output block over the whole contraction axis, by the GEMM kernel.
 void BlockRunner::exec_matmul(const Instr& in) {
   const bc::Descriptor& da = p_.descs[in.a.index];
@@ -443,6 +477,17 @@ void BlockRunner::exec_matmul(const Instr& in) {
   int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
   int64_t ak = da.stride[in.aux], bk = db.stride[in.aux];
   auto* c = reinterpret_cast<float*>(d.p);
+  if (const float* panels = packed_b(db, b, k, bk, rows, ak)) {
+    const cpu::PackedB pb{panels, k};
+    if (da.dtype == DType::kF32) {
+      cpu::gemm_f32_packed(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
+                           reinterpret_cast<const float*>(b.p), bk, b.cs, pb, c, d.rs, false);
+    } else {
+      cpu::gemm_half_packed(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs,
+                            ak, pb, c, d.rs, false);
+    }
+    return;
+  }
   if (da.dtype == DType::kF32) {
     cpu::gemm_f32(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
                   reinterpret_cast<const float*>(b.p), bk, b.cs, c, d.rs, false);

@@ -20,10 +20,13 @@ struct LoadedProgram {
   int64_t work_per_elem = 1;
 };
 
-// Run-time bindings of one launch: tensor base pointers per slot and scalar params.
+// Run-time bindings of one launch: tensor base pointers per slot and scalar params;
+// versions: per slot, the TensorArg::version of constant tensors (matmul operands packed once,
+// vm/weight_cache.h), 0 for the others; may be null.
 struct LaunchArgs {
   void* const* slots = nullptr;
   const bc::Constant* params = nullptr;
+  const uint64_t* versions = nullptr;
 };
 
 // Runs blocks [begin, end) of a verified program on the calling thread.

@@ -357,9 +357,11 @@ void GemvT(size_t n, size_t k, const float* a, ptrdiff_t a_rs, const float* b, p
   }
 }
 
+// `packed`: B's panels (gemm.h PackedB) or null (B is packed here, per K block).
 template <typename T, class Conv>
 void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const T* b,
-              ptrdiff_t b_rs, ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate, Conv conv) {
+              ptrdiff_t b_rs, ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate, Conv conv,
+              const float* packed = nullptr, size_t k_total = 0) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) {
@@ -368,7 +370,7 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (m <= 4 && a_cs == 1 && b_rs == 1 && b_cs != 1) {
+    if (b != nullptr && gemm_skinny_in_place(m, a_cs, b_rs, b_cs)) {
       switch (m) {
         case 1:
           return GemvT<1>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
@@ -387,10 +389,12 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
   const Panels pan(m);
   // Few A panels reuse B little: read contiguous f32 B rows in place instead of packing them,
   // B panel by B panel (each stays in L1/L2 while the A panels pass over it).
-  const bool direct_b = std::is_same_v<T, float> && b_cs == 1 && pan.count <= 2;
+  const bool direct_b =
+      packed == nullptr && std::is_same_v<T, float> && b_cs == 1 && pan.count <= 2;
   const size_t nc_max = std::min(n, kNC);
   float* abuf = gemm_detail::scratch(0, pan.count * kMR * kc_max);
-  float* bbuf = gemm_detail::scratch(1, (direct_b ? 1 : (nc_max + kNR - 1) / kNR) * kNR * kc_max);
+  const size_t b_panels = packed != nullptr ? 0 : direct_b ? 1 : (nc_max + kNR - 1) / kNR;
+  float* bbuf = gemm_detail::scratch(1, b_panels * kNR * kc_max);
 
   for (size_t jc = 0; jc < n; jc += kNC) {
     const size_t nb = std::min(kNC, n - jc);
@@ -398,7 +402,9 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
     for (size_t pc = 0; pc < k; pc += kc_max) {
       const size_t kc = std::min(kc_max, k - pc);
       const bool add = accumulate || pc > 0;
-      const T* bblk = b + static_cast<ptrdiff_t>(pc) * b_rs + static_cast<ptrdiff_t>(jc) * b_cs;
+      const T* bblk =
+          b == nullptr ? nullptr
+                       : b + static_cast<ptrdiff_t>(pc) * b_rs + static_cast<ptrdiff_t>(jc) * b_cs;
       float* cblk = c + static_cast<ptrdiff_t>(jc);
       PackA(pan, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, abuf, conv);
       // One micro-kernel call: A panel ip x the B panel at bp (row stride bs), columns j0...
@@ -429,6 +435,12 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
           const ptrdiff_t bs = j0 < full ? b_rs : static_cast<ptrdiff_t>(kNR);
           for (size_t ip = 0; ip < pan.count; ++ip) tile(ip, j0, bp, bs);
         }
+      } else if (packed != nullptr) {
+        // Panel of column jc + j0 over the whole K, from row pc on.
+        const float* pblk = packed + jc * k_total + pc * kNR;
+        for (size_t ip = 0; ip < pan.count; ++ip) {
+          for (size_t j0 = 0; j0 < nb; j0 += kNR) tile(ip, j0, pblk + j0 * k_total, kNR);
+        }
       } else {
         PackB(kc, nb, bblk, b_rs, b_cs, bbuf, conv);
         for (size_t ip = 0; ip < pan.count; ++ip) {
@@ -454,6 +466,44 @@ void GemmHalf(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
   }
 }
 
+void GemmF32Packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+                   const float* b, int64_t b_rs, int64_t b_cs, const float* packed, int64_t k_total,
+                   float* c, int64_t ldc, bool accumulate) {
+  GemmImpl<float>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate, ConvF32(), packed,
+                  k_total);
+}
+
+void GemmHalfPacked(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+                    int64_t a_cs, const float* packed, int64_t k_total, float* c, int64_t ldc,
+                    bool accumulate) {
+  const uint16_t* no_b = nullptr;
+  if (in_type == DType::kF16) {
+    GemmImpl<uint16_t>(m, n, k, a, a_rs, a_cs, no_b, 0, 0, c, ldc, accumulate, ConvF16(), packed,
+                       k_total);
+  } else {
+    GemmImpl<uint16_t>(m, n, k, a, a_rs, a_cs, no_b, 0, 0, c, ldc, accumulate, ConvBF16(), packed,
+                       k_total);
+  }
+}
+
+void PackBFull(DType dtype, int64_t k, int64_t n, const void* b, int64_t b_rs, int64_t b_cs,
+               float* packed) {
+  if (k <= 0 || n <= 0) return;
+  switch (dtype) {
+    case DType::kF16:
+      return PackB(k, n, static_cast<const uint16_t*>(b), b_rs, b_cs, packed, ConvF16());
+    case DType::kBF16:
+      return PackB(k, n, static_cast<const uint16_t*>(b), b_rs, b_cs, packed, ConvBF16());
+    default:
+      return PackB(k, n, static_cast<const float*>(b), b_rs, b_cs, packed, ConvF32());
+  }
+}
+
+size_t PackedBFloats(int64_t k, int64_t n) {
+  return static_cast<size_t>(std::max<int64_t>(k, 0)) *
+         ((std::max<int64_t>(n, 0) + kNR - 1) / kNR) * kNR;
+}
+
 GemmTile MicroTile() {
   return {static_cast<int64_t>(kMR), static_cast<int64_t>(kNR)};
 }
@@ -470,6 +520,10 @@ namespace dvm::vm::cpu {
 
 HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmHalf);
+HWY_EXPORT(GemmF32Packed);
+HWY_EXPORT(GemmHalfPacked);
+HWY_EXPORT(PackBFull);
+HWY_EXPORT(PackedBFloats);
 HWY_EXPORT(MicroTile);
 HWY_EXPORT(PreferredTile);
 
@@ -508,6 +562,32 @@ void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a
   if (m <= 0 || n <= 0) return;
   HWY_DYNAMIC_DISPATCH(GemmHalf)
   (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+}
+
+size_t packed_b_floats(int64_t k, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(PackedBFloats)(k, n);
+}
+
+void pack_b(DType dtype, int64_t k, int64_t n, const void* b, int64_t b_rs, int64_t b_cs,
+            float* packed) {
+  HWY_DYNAMIC_DISPATCH(PackBFull)(dtype, k, n, b, b_rs, b_cs, packed);
+}
+
+void gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+                     const float* b, int64_t b_rs, int64_t b_cs, PackedB packed, float* c,
+                     int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmF32Packed)
+  (m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, packed.panels, packed.k_total, c, ldc,
+   accumulate);
+}
+
+void gemm_half_packed(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                      int64_t a_rs, int64_t a_cs, PackedB packed, float* c, int64_t ldc,
+                      bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmHalfPacked)
+  (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, packed.panels, packed.k_total, c, ldc, accumulate);
 }
 
 GemmTile gemm_preferred_tile() {

@@ -26,6 +26,35 @@ void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a
                int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
                bool accumulate);
 
+// Skinny products with a transposed f32 B (decode through a linear layer) read B in place, as
+// dot products of contiguous rows; a packed B is not used for them.
+inline bool gemm_skinny_in_place(int64_t m, int64_t a_cs, int64_t b_rs, int64_t b_cs) {
+  return m <= 4 && a_cs == 1 && b_rs == 1 && b_cs != 1;
+}
+
+// Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
+// the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
+// [j * NR, j * NR + NR)) at packed + j * K * NR, element (p, c) at [p * NR + c], columns past N
+// zero. packed_b_floats() is its size; pack_b() fills it from any strides, converting f16/bf16.
+size_t packed_b_floats(int64_t k, int64_t n);
+void pack_b(DType dtype, int64_t k, int64_t n, const void* b, int64_t b_rs, int64_t b_cs,
+            float* packed);
+
+// gemm_f32 / gemm_half with B taken from packed panels: `packed` points at the panel of the
+// tile's first column (that column a multiple of NR), `k_total` is the K the panels were packed
+// with (their row count). `b` (in place, strides b_rs, b_cs) is still given: skinny products
+// may read it directly instead.
+struct PackedB {
+  const float* panels;
+  int64_t k_total;
+};
+void gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+                     const float* b, int64_t b_rs, int64_t b_cs, PackedB packed, float* c,
+                     int64_t ldc, bool accumulate);
+void gemm_half_packed(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                      int64_t a_rs, int64_t a_cs, PackedB packed, float* c, int64_t ldc,
+                      bool accumulate);
+
 // The output tile sizes the kernel is fastest at (multiples of the micro-tile MR x NR of the
 // dispatched target); the encoder picks the VM's output tile from them.
 struct GemmTile {
