@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import dvm  # noqa: E402
 import dvm.torch_backend as tb  # noqa: E402
 from dvm.torch_backend.runtime import DvmPartition  # noqa: E402
 
@@ -216,7 +217,8 @@ def test_data_dependent_control_flow():
 
 def test_parameters_zero_copy():
     """DVM reads parameters in place: an in-place update shows in the next call, with no
-    recompile, and the pointers DVM receives are the parameters' own."""
+    recompile, and the pointers DVM receives are the parameters' own. Parameters are passed as
+    dvm.Constant (weights packed once); the update gives them a new version (packed again)."""
     torch.manual_seed(0)
     model = MLP().eval()
     compiled = torch.compile(model, backend="dvm", dynamic=True)
@@ -225,15 +227,17 @@ def test_parameters_zero_copy():
 
     def spy(self, args):
         ins = orig(self, args)
-        seen.extend(t.data_ptr() for t in ins)
+        seen.extend((t.array if isinstance(t, dvm.Constant) else t).data_ptr() for t in ins)
         return ins
 
     DvmPartition._inputs = spy
     try:
-        x = torch.randn(4, 32)
+        x = torch.randn(9, 32)  # > 4 rows: the weights are packed (fewer are read in place)
         check(compiled, model, x)
         ptrs = {p.data_ptr() for p in model.parameters()}
         assert ptrs <= set(seen)
+        packs = dvm.weight_cache_stats().packs
+        assert packs > 0
         w = model.fc1.weight
         ptr = w.data_ptr()
         with torch.no_grad():
@@ -241,6 +245,7 @@ def test_parameters_zero_copy():
             model.ln.bias.add_(1.0)
         assert w.data_ptr() == ptr
         check(compiled, model, x)
+        assert dvm.weight_cache_stats().packs > packs
     finally:
         DvmPartition._inputs = orig
     assert dynamo_graphs() == 1

@@ -38,6 +38,8 @@ def log_fallback(msg: str, *args) -> None:
 
 
 _CARRIER = torch.zeros(1, dtype=torch.bool)
+_Parameter = torch.nn.Parameter
+_constant = dvm.constant
 
 
 def carrier(n) -> torch.Tensor:
@@ -70,8 +72,14 @@ class DvmPartition(torch.nn.Module):
 
     def _inputs(self, args):
         if self._simple:
-            return [args[i] for i in self._arg_idx]
-        return [args[i] if k == "arg" else carrier(args[i]) for k, i in self.in_plan]
+            ins = [args[i] for i in self._arg_idx]
+        else:
+            ins = [args[i] if k == "arg" else carrier(args[i]) for k, i in self.in_plan]
+        # Parameters (weights) as dvm.Constant: DVM packs a weight once as a matmul operand
+        # instead of on every call; the version follows torch's version counter, so an in-place
+        # update (an optimizer step) repacks. Made per call: a Constant kept on the tensor would
+        # outlive the extension at interpreter exit.
+        return [_constant(t) if isinstance(t, _Parameter) else t for t in ins]
 
     def forward(self, *args):
         self.calls += 1
