@@ -210,6 +210,43 @@ TEST(Passes, CseDceFoldAndCanonicalize) {
   }
 }
 
+// A scalar scale of a matmul operand moves to the output (the matmul's epilogue): one kernel
+// instead of a pass over the operand plus the matmul.
+TEST(Passes, ScaleOfMatmulOperandMovesToTheOutput) {
+  GraphBuilder gb("scaled_mm");
+  SymExpr s = gb.symbol("S");
+  Tensor q = gb.input("q", DType::kF32, {s, 16});
+  Tensor k = gb.input("k", DType::kF32, {s, 16});
+  Tensor w = gb.input("w", DType::kF32, {16, 24});
+  Tensor y = gb.matmul(gb.mul(q, gb.constant(0.25)), k, false, true);  // scaled q @ k^T
+  Tensor z = gb.matmul(q, gb.mul(gb.constant(-2.0), w));               // q @ (-2 w)
+  gb.output("y", y);
+  gb.output("z", z);
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  const Graph& opt = (*exe)->optimized();
+  EXPECT_EQ(count_ops(opt, "matmul"), 2) << opt.to_string();
+  EXPECT_EQ((*exe)->num_kernels(), 2) << opt.to_string();
+  std::mt19937 rng(3);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {5, 16}, rng),
+                                random_host(DType::kF32, {5, 16}, rng),
+                                random_host(DType::kF32, {16, 24}, rng)};
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int64_t j = 0; j < 5; ++j) {
+      double ref = 0;
+      for (int64_t p = 0; p < 16; ++p) ref += 0.25 * in[0].at(i * 16 + p) * in[1].at(j * 16 + p);
+      EXPECT_NEAR((*out)[0].at(i * 5 + j), ref, 1e-4);
+    }
+    for (int64_t j = 0; j < 24; ++j) {
+      double ref = 0;
+      for (int64_t p = 0; p < 16; ++p) ref += in[0].at(i * 16 + p) * -2.0 * in[2].at(p * 24 + j);
+      EXPECT_NEAR((*out)[1].at(i * 24 + j), ref, 1e-4);
+    }
+  }
+}
+
 TEST(Passes, DecomposeLeavesNoComposites) {
   auto exe = Executable::compile(attention_graph(true));
   ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();

@@ -33,6 +33,18 @@ def median_ms(fn, reps, warmup=2):
     return statistics.median(times) * 1e3
 
 
+def compare_ms(fns, reps, rounds=3):
+    """Median ms of each function, measured in alternating rounds (load changes even out) with a
+    pause before each: torch's OpenMP workers spin for a while after a parallel region and
+    would otherwise take the cores from whatever runs next."""
+    samples = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            time.sleep(0.02)
+            samples[i].append(median_ms(fn, max(1, reps // rounds) + 1))
+    return [statistics.median(s) for s in samples]
+
+
 def matmul_exe(transpose_b, epilogue):
     gb = dvm.GraphBuilder("mm")
     m, n, k = gb.symbol("M"), gb.symbol("N"), gb.symbol("K")
@@ -85,14 +97,12 @@ def main():
         w = torch.from_numpy(rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32))
         out = torch.empty(m, n)
         exe = exes[(tb, False)]
-        t_dvm = median_ms(lambda: exe.run([x, w], [out]), reps)
         cw = dvm.constant(w)
-        t_const = median_ms(lambda: exe.run([x, cw], [out]), reps)
         with torch.inference_mode():
-            if tb:
-                t_torch = median_ms(lambda: torch.nn.functional.linear(x, w), reps)
-            else:
-                t_torch = median_ms(lambda: torch.mm(x, w), reps)
+            t_dvm, t_const, t_torch = compare_ms(
+                [lambda: exe.run([x, w], [out]), lambda: exe.run([x, cw], [out]),
+                 (lambda: torch.nn.functional.linear(x, w)) if tb else (lambda: torch.mm(x, w))],
+                reps)
         ref = torch.nn.functional.linear(x, w) if tb else torch.mm(x, w)
         err = float((out - ref).abs().max())
         gf = 2.0 * m * n * k / 1e6
@@ -113,11 +123,11 @@ def main():
         b = torch.randn(3072)
         out = torch.empty(m, 3072)
         exe = exes[(False, True)]
-        t_dvm = median_ms(lambda: exe.run([x, w, b], [out]), reps)
         cw = dvm.constant(w)
-        t_const = median_ms(lambda: exe.run([x, cw, b], [out]), reps)
         with torch.inference_mode():
-            t_torch = median_ms(lambda: torch.nn.functional.gelu(torch.mm(x, w) + b), reps)
+            t_dvm, t_const, t_torch = compare_ms(
+                [lambda: exe.run([x, w, b], [out]), lambda: exe.run([x, cw, b], [out]),
+                 lambda: torch.nn.functional.gelu(torch.mm(x, w) + b)], reps)
         fused.append(dict(m=m, dvm_ms=t_dvm, dvm_const_ms=t_const, torch_ms=t_torch,
                           ratio=t_torch / t_dvm, ratio_const=t_torch / t_const))
         print(f"  M={m:4d}: dvm {t_dvm:7.3f} ms (const W {t_const:7.3f})  torch {t_torch:7.3f} ms"

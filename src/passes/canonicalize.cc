@@ -88,6 +88,33 @@ const Rule kRules[] = {
        if (commutes && is_scalar_const(c.arg(0), unit) && c.same_type_as(1)) return c.args[1];
        return -1;
      }},
+    // matmul(x * c, b) = matmul(x, b) * c;  matmul(a, x * c) = matmul(a, x) * c  (c a scalar
+    // constant, the product of x's type). Prologue fusion by algebra: the scale moves to the
+    // output, where it runs in the matmul's epilogue, instead of a pass over the operand that
+    // the matmul then reads back from memory.
+    {"scale_through_matmul",
+     [](Ctx& c) {
+       if (c.n.op != GraphOp::kMatMul) return -1;
+       for (int side = 0; side < 2; ++side) {
+         const Node& prod = c.arg(side);
+         if (prod.op != GraphOp::kBinary || prod.sub != static_cast<int>(BinaryOp::kMul)) continue;
+         for (int k = 0; k < 2; ++k) {
+           const Node& scale = c.rw.out().nodes[prod.inputs[k]];
+           const int x = prod.inputs[1 - k];
+           const Node& xn = c.rw.out().nodes[x];
+           if (scale.op != GraphOp::kConstant || !scale.sym.empty() || !scale.shape.empty() ||
+               xn.dtype != prod.dtype || xn.shape != prod.shape) {
+             continue;
+           }
+           // Emitting appends nodes: read what is needed from `prod` first.
+           const int scale_id = prod.inputs[k];
+           const int a = side == 0 ? x : c.args[0], b = side == 1 ? x : c.args[1];
+           const int mm = c.rw.em().matmul(a, b, c.n.ints[0] != 0, c.n.ints[1] != 0);
+           return c.rw.em().binary(BinaryOp::kMul, mm, scale_id);
+         }
+       }
+       return -1;
+     }},
 };
 
 }  // namespace
