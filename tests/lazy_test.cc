@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -278,6 +279,32 @@ TEST_F(LazyTest, WriteFlushesReadersFirst) {
   ASSERT_TRUE(pm.is_ok());
   static_cast<float*>(pm->data)[1] = -1;
   expect_near(values(p), {101, -1, 4, 5}, 0, "p");
+}
+
+// A weight wrapped as a constant (TensorArg::version) is packed once for every flush that
+// multiplies by it; writing it through mutable_data() drops the promise, so later products
+// see the new values.
+TEST_F(LazyTest, ConstantWeightIsPackedOnceAndWritesAreSeen) {
+  clear_weight_cache();
+  auto wbuf = std::make_shared<std::vector<float>>(64 * 48, 0.5f);
+  TensorArg warg = TensorArg::contiguous(wbuf->data(), DType::kF32, {64, 48});
+  warg.version = 7;
+  Tensor w = Tensor::wrap(warg, wbuf);
+  for (int64_t rows : {9, 17, 30}) {
+    auto xbuf = std::make_shared<std::vector<float>>(rows * 64, 1.0f);
+    Tensor x = Tensor::wrap(TensorArg::contiguous(xbuf->data(), DType::kF32, {rows, 64}), xbuf);
+    expect_near(values(matmul(x, w)), std::vector<float>(rows * 48, 32.0f), 1e-5f, "x @ w");
+  }
+  EXPECT_EQ(weight_cache_stats().packs, 1);
+  StatusOr<TensorArg> m = w.mutable_data();
+  ASSERT_TRUE(m.is_ok());
+  EXPECT_EQ(m->version, 0u);
+  std::fill_n(static_cast<float*>(m->data), 64 * 48, 2.0f);
+  auto xbuf = std::make_shared<std::vector<float>>(9 * 64, 1.0f);
+  Tensor x = Tensor::wrap(TensorArg::contiguous(xbuf->data(), DType::kF32, {9, 64}), xbuf);
+  expect_near(values(matmul(x, w)), std::vector<float>(9 * 48, 128.0f), 1e-5f, "after write");
+  EXPECT_EQ(weight_cache_stats().packs, 1);  // no longer a constant: packed per call
+  clear_weight_cache();
 }
 
 TEST_F(LazyTest, OtherThreadValueFlushesItsTrace) {

@@ -163,7 +163,7 @@ class Tensor {
 
   // For writing the value's memory in place: flushes every pending op of the calling
   // thread's trace (they may read this memory) and returns the view; for a pending value
-  // flushes its trace first.
+  // flushes its trace first. A wrapped constant (TensorArg::version) stops being one.
   StatusOr<TensorArg> mutable_data();
 
   // Names the memory a pending value is stored into when the flush stores it (contiguous or

@@ -235,6 +235,8 @@ StatusOr<TensorArg> Tensor::mutable_data() {
     (void)st;  // failures belong to the values of that trace
   }
   DVM_RETURN_IF_ERROR(status());
+  // The caller writes the memory: it is no longer the constant its version promised.
+  node_->arg.version = 0;
   return node_->arg;
 }
 
