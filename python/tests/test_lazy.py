@@ -124,6 +124,29 @@ def test_gpt_block_and_dtypes():
         torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-4)
 
 
+def test_view_ops_of_pending_and_real_tensors():
+    # Every view handler on a pending value (recorded lazily) and on a real one (a plain view),
+    # with the argument forms the aten schemas allow.
+    x = torch.randn(2, 3, 1, 4)
+    aten = torch.ops.aten
+
+    def prog(t):
+        return [t.view(6, 4), t.view(-1), t.reshape(3, 2, 4), t.permute(3, 0, 2, 1),
+                t.transpose(1, 3), t[0, :, 0].t(), t.unsqueeze(-1), t.squeeze(2),
+                t.squeeze(), aten.squeeze.dims(t, [2]), t.expand(5, 2, 3, 3, 4)[:, :, :, 1:],
+                t.expand(2, -1, 2, -1), t.select(1, -1), t.detach(), t[:, 1:].sum(0),
+                aten._unsafe_view(t * 1.0, [4, 6]), t.sum().view([]), t.sum().view(1)]
+
+    with torch.no_grad():
+        want = prog(torch.tanh(x)) + prog(x)
+        with L():
+            got = prog(torch.tanh(x)) + prog(x)
+            assert L.pending_ops() > 0
+    for w, v in zip(want, got):
+        assert v.shape == w.shape and v.dtype == w.dtype
+        torch.testing.assert_close(v, w)
+
+
 # ---------------------------------------------------------------------------------------------
 # Flush triggers
 
