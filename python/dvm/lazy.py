@@ -348,9 +348,24 @@ def _binary(op, kind="arith"):
     """kind: arith (torch's result type), div (true division), cmp and logic (bool result)."""
     arith = kind in ("arith", "div")
     bool_out = kind in ("cmp", "logic")
+    same_dtype = kind in ("arith", "cmp")  # computes in its operands' dtype when they agree
+    no_bool = op == BinaryOp.SUB  # torch rejects a bool operand
+    lz_binary = _lz.binary
 
     def h(a, b, *, alpha=1):
         if not isinstance(a, _torch.Tensor):
+            raise _Unsupported
+        ad = a.dtype
+        bt = type(b)
+        # The common cases first: tensors of one dtype, a float tensor and a Python float.
+        if alpha == 1 and same_dtype and (bt is float and ad in _FLOAT_DTYPES or
+                                             isinstance(b, _torch.Tensor) and b.dtype is ad):
+            if ad is _torch.bool and kind == "arith":
+                raise _Unsupported
+            y = float(b) if bt is float else _arg(b)
+            return _out(lz_binary(op, _arg(a), y), _torch.bool if bool_out else ad)
+        if no_bool and (ad is _torch.bool or bt is bool or
+                        isinstance(b, _torch.Tensor) and b.dtype is _torch.bool):
             raise _Unsupported
         if kind == "logic":
             rt = _torch.bool
@@ -361,7 +376,7 @@ def _binary(op, kind="arith"):
         d = _T2D.get(rt)
         if d is None or (rt is _torch.bool and arith):
             raise _Unsupported
-        x = _arg(a) if a.dtype is rt else _lz.cast(_arg(a), d)
+        x = _arg(a) if ad is rt else _lz.cast(_arg(a), d)
         if isinstance(b, _torch.Tensor):
             y = _arg(b) if b.dtype is rt else _lz.cast(_arg(b), d)
         elif _is_num(b):
@@ -369,8 +384,8 @@ def _binary(op, kind="arith"):
         else:
             raise _Unsupported
         if alpha != 1:
-            y = _lz.binary(BinaryOp.MUL, y, float(alpha)) if not _is_num(y) else y * alpha
-        return _out(_lz.binary(op, x, y), _torch.bool if bool_out else rt)
+            y = lz_binary(BinaryOp.MUL, y, float(alpha)) if not _is_num(y) else y * alpha
+        return _out(lz_binary(op, x, y), _torch.bool if bool_out else rt)
 
     return h
 

@@ -124,6 +124,38 @@ def test_gpt_block_and_dtypes():
         torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-4)
 
 
+def test_binary_ops_follow_torch_promotion():
+    # The handlers' same-dtype fast path and the general path (torch.result_type, casts) must
+    # agree with eager on every operand kind: values and result dtypes.
+    g = torch.Generator().manual_seed(2)
+    base = torch.randn(3, 4, generator=g) * 3
+    tensors = {dt: base.to(dt) for dt in (torch.float32, torch.bfloat16, torch.int64,
+                                          torch.int32, torch.bool)}
+    ops = [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.eq, torch.lt,
+           torch.logical_and]
+    cases = [(a, b) for a in tensors.values() for b in list(tensors.values()) + [2.5, 3, True]]
+
+    def prog():
+        out = []
+        for op in ops:
+            for a, b in cases:
+                try:
+                    out.append(op(a, b))
+                except (RuntimeError, TypeError):
+                    out.append(None)  # torch rejects it (bool - bool, maximum with a number)
+        return out
+
+    with torch.no_grad():
+        want = prog()
+        with L():
+            got = prog()
+    for w, v in zip(want, got):
+        assert (w is None) == (v is None)
+        if w is not None:
+            assert v.dtype == w.dtype
+            torch.testing.assert_close(v, w, rtol=1e-2, atol=1e-2, equal_nan=True)
+
+
 def test_view_ops_of_pending_and_real_tensors():
     # Every view handler on a pending value (recorded lazily) and on a real one (a plain view),
     # with the argument forms the aten schemas allow.
