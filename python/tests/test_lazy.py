@@ -124,6 +124,61 @@ def test_gpt_block_and_dtypes():
         torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-4)
 
 
+def test_binary_ops_follow_torch_promotion():
+    # The handlers' same-dtype fast path and the general path (torch.result_type, casts) must
+    # agree with eager on every operand kind: values and result dtypes.
+    g = torch.Generator().manual_seed(2)
+    base = torch.randn(3, 4, generator=g) * 3
+    tensors = {dt: base.to(dt) for dt in (torch.float32, torch.bfloat16, torch.int64,
+                                          torch.int32, torch.bool)}
+    ops = [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.eq, torch.lt,
+           torch.logical_and]
+    cases = [(a, b) for a in tensors.values() for b in list(tensors.values()) + [2.5, 3, True]]
+
+    def prog():
+        out = []
+        for op in ops:
+            for a, b in cases:
+                try:
+                    out.append(op(a, b))
+                except (RuntimeError, TypeError):
+                    out.append(None)  # torch rejects it (bool - bool, maximum with a number)
+        return out
+
+    with torch.no_grad():
+        want = prog()
+        with L():
+            got = prog()
+    for w, v in zip(want, got):
+        assert (w is None) == (v is None)
+        if w is not None:
+            assert v.dtype == w.dtype
+            torch.testing.assert_close(v, w, rtol=1e-2, atol=1e-2, equal_nan=True)
+
+
+def test_view_ops_of_pending_and_real_tensors():
+    # Every view handler on a pending value (recorded lazily) and on a real one (a plain view),
+    # with the argument forms the aten schemas allow.
+    x = torch.randn(2, 3, 1, 4)
+    aten = torch.ops.aten
+
+    def prog(t):
+        return [t.view(6, 4), t.view(-1), t.reshape(3, 2, 4), t.permute(3, 0, 2, 1),
+                t.transpose(1, 3), t[0, :, 0].t(), t.unsqueeze(-1), t.squeeze(2),
+                t.squeeze(), aten.squeeze.dims(t, [2]), t.expand(5, 2, 3, 3, 4)[:, :, :, 1:],
+                t.expand(2, -1, 2, -1), t.select(1, -1), t.detach(), t[:, 1:].sum(0),
+                aten._unsafe_view(t * 1.0, [4, 6]), t.sum().view([]), t.sum().view(1)]
+
+    with torch.no_grad():
+        want = prog(torch.tanh(x)) + prog(x)
+        with L():
+            got = prog(torch.tanh(x)) + prog(x)
+            assert L.pending_ops() > 0
+    for w, v in zip(want, got):
+        assert v.shape == w.shape and v.dtype == w.dtype
+        torch.testing.assert_close(v, w)
+
+
 # ---------------------------------------------------------------------------------------------
 # Flush triggers
 
