@@ -110,9 +110,15 @@ def constant(x, version=None):
     if version is None:
         if not _is_torch(x):
             raise _error("dvm.constant: pass a version for arrays that are not torch tensors")
-        d = x.__dict__
-        tid = d.get("_dvm_tid")
-        if tid is None:
-            tid = d["_dvm_tid"] = next(_tensor_ids)
-        version = (tid << 32) | (x._version & 0xFFFFFFFF)
+        version = torch_version(x, x)
     return Constant(x, version)
+
+
+def torch_version(t, owner):
+    """The constant version of torch tensor `t` (or a view of it): a process-unique id kept on
+    `owner` (t or the tensor t views) and torch's version counter, which views share."""
+    d = owner.__dict__
+    tid = d.get("_dvm_tid")
+    if tid is None:
+        tid = d["_dvm_tid"] = next(_tensor_ids)
+    return (tid << 32) | (t._version & 0xFFFFFFFF)

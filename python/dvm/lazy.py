@@ -50,6 +50,7 @@ import weakref
 
 from ._dvm import BinaryOp, DType, DvmError, ReduceOp, UnaryOp
 from ._dvm import lazy as _lz
+from ._arrays import torch_version as _torch_version
 
 Tensor = _lz.Tensor
 WeakTensor = _lz.WeakTensor
@@ -113,6 +114,7 @@ _OBSERVERS = set()
 _graph_task_id = None  # torch._C._current_graph_task_id: -1 outside a backward pass
 _grad_enabled = None  # torch.is_grad_enabled
 _empty = None  # torch.empty
+_Parameter = None  # torch.nn.Parameter
 _data_ptr = None  # torch._C.TensorBase.data_ptr (Tensor.data_ptr is wrapped while a mode runs)
 _wrap_strided = Tensor._wrap_strided
 _FLOAT_DTYPES = ()  # torch's floating dtypes DVM runs
@@ -161,7 +163,10 @@ def _leaf(t, shape, strides):
     if base is None:
         base = t
     cache = base.__dict__.get("_dvm_leaves")
-    key = (_data_ptr(t), shape, strides, t.dtype)
+    # Parameters (weights) are constants for DVM (packed once as matmul operands); their
+    # version follows torch's in-place counter, so a written weight gets a new leaf.
+    version = _torch_version(t, base) if type(base) is _Parameter else 0
+    key = (_data_ptr(t), shape, strides, t.dtype, version)
     if cache is None:
         cache = base.__dict__["_dvm_leaves"] = _LeafCache()
         _leaf_caches.add(cache)
@@ -179,7 +184,7 @@ def _leaf(t, shape, strides):
     # so a cache never pins memory its tensor no longer uses.
     if len(cache) >= 8 or any(v[1] != sp for v in cache.values()):
         cache.clear()
-    h = _wrap_strided(key[0], _T2D[t.dtype], shape, strides, storage)
+    h = _wrap_strided(key[0], _T2D[t.dtype], shape, strides, storage, version)
     cache[key] = (h, sp)
     if sp:
         _state.read.add(sp)
@@ -187,7 +192,8 @@ def _leaf(t, shape, strides):
 
 
 class _LeafCache(dict):
-    """(data_ptr, shape, strides, dtype) -> (lazy leaf, storage address), on a base tensor."""
+    """(data_ptr, shape, strides, dtype, version) -> (lazy leaf, storage address), on a base
+    tensor."""
 
     __hash__ = object.__hash__  # identity (for the WeakSet below)
     __eq__ = object.__eq__
@@ -830,8 +836,9 @@ def _install(torch):
     if _torch is not None:
         return
     _torch = torch
-    global _graph_task_id, _grad_enabled, _empty, _data_ptr
+    global _graph_task_id, _grad_enabled, _empty, _data_ptr, _Parameter
     _graph_task_id = torch._C._current_graph_task_id
+    _Parameter = torch.nn.Parameter
     _grad_enabled = torch.is_grad_enabled
     _empty = torch.empty
     _data_ptr = torch._C.TensorBase.data_ptr

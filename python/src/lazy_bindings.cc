@@ -46,7 +46,7 @@ lz::Tensor wrap(nb::handle array) {
 // and strides, in elements), kept alive by `keep` (the tensor's storage: not the tensor, so a
 // leaf cached on the tensor makes no reference cycle). Skips convert_arrays' attribute reads.
 lz::Tensor wrap_strided(uintptr_t ptr, DType dtype, std::vector<int64_t> shape,
-                        std::vector<int64_t> strides, nb::object keep) {
+                        std::vector<int64_t> strides, nb::object keep, uint64_t version) {
   if (strides.size() != shape.size()) {
     raise_if_error(invalid_argument("lazy wrap: strides do not match the rank"));
   }
@@ -63,6 +63,7 @@ lz::Tensor wrap_strided(uintptr_t ptr, DType dtype, std::vector<int64_t> shape,
   a.storage_elems = empty ? 0 : hi + 1;
   a.shape = std::move(shape);
   a.strides = std::move(strides);
+  a.version = version;
   std::shared_ptr<void> k = std::make_shared<nb::object>(std::move(keep));
   return checked(lz::Tensor::wrap(a, gil_safe(std::move(k))));
 }
@@ -135,7 +136,8 @@ void bind_tensor(nb::module_& m) {
       .def_static("wrap", &wrap, nb::arg("array"),
                   "Wraps a numpy array or torch CPU tensor, zero-copy (kept alive).")
       .def_static("_wrap_strided", &wrap_strided, nb::arg("ptr"), nb::arg("dtype"),
-                  nb::arg("shape"), nb::arg("strides"), nb::arg("keep"))
+                  nb::arg("shape"), nb::arg("strides"), nb::arg("keep"),
+                  nb::arg("version") = 0)
       .def_prop_ro("shape", [](const T& t) { return t.shape(); })
       .def_prop_ro("dtype", [](const T& t) { return t.dtype(); })
       .def_prop_ro("rank", &T::rank)

@@ -459,3 +459,24 @@ def test_leaves_are_cached_across_flushes_and_follow_writes(monkeypatch):
             y5 = lin(x * 1.0)
         torch.testing.assert_close(y5, F.linear(x, lin.weight, lin.bias))
         assert len(lin.weight.__dict__["_dvm_leaves"]) == 1
+
+
+def test_parameters_are_packed_once_and_repacked_after_writes():
+    """Weights (nn.Parameter leaves) are DVM constants: packed once as matmul operands across
+    flushes and shapes; an in-place update gives them a new version (packed again, seen)."""
+    dvm.clear_weight_cache()
+    lin = torch.nn.Linear(64, 48)
+    with torch.no_grad():
+        for rows in (9, 17, 30):  # more than 4 rows: the weight is packed, not read in place
+            x = torch.randn(rows, 64)
+            with L():
+                y = lin(x * 1.0)
+            torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
+        assert dvm.weight_cache_stats().packs == 1
+        lin.weight.mul_(-0.5)
+        x = torch.randn(12, 64)
+        with L():
+            y = lin(x * 1.0)
+        torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
+        assert dvm.weight_cache_stats().packs == 2
+    dvm.clear_weight_cache()
