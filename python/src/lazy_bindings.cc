@@ -136,8 +136,7 @@ void bind_tensor(nb::module_& m) {
       .def_static("wrap", &wrap, nb::arg("array"),
                   "Wraps a numpy array or torch CPU tensor, zero-copy (kept alive).")
       .def_static("_wrap_strided", &wrap_strided, nb::arg("ptr"), nb::arg("dtype"),
-                  nb::arg("shape"), nb::arg("strides"), nb::arg("keep"),
-                  nb::arg("version") = 0)
+                  nb::arg("shape"), nb::arg("strides"), nb::arg("keep"), nb::arg("version") = 0)
       .def_prop_ro("shape", [](const T& t) { return t.shape(); })
       .def_prop_ro("dtype", [](const T& t) { return t.dtype(); })
       .def_prop_ro("rank", &T::rank)
