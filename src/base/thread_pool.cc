@@ -107,7 +107,14 @@ class Pool {
     for (;;) {
       spin_while([&] { return queued_.load(std::memory_order_acquire) == 0; }, kWorkerSpinUs);
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (!stop_ && queue_.empty()) {
+        // One wake-up, then spin again. A wake-up can arrive after the caller ran every part
+        // itself (waking a sleeping thread takes longer than a mid-sized launch here); going
+        // straight back to sleep would make the next launch miss this worker too, and every
+        // launch after it: 2-thread launches ran at 1-thread speed for as long as that lasted.
+        cv_.wait(lock);
+        if (!stop_ && queue_.empty()) continue;
+      }
       if (stop_) return;
       Job* job = queue_.front();
       queue_.pop_front();
