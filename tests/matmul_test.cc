@@ -1,4 +1,7 @@
 // MatMul ("cube") and matmul with fused epilogues ("mix") on the VM, against the reference.
+#include <algorithm>
+#include <thread>
+
 #include "bytecode/verifier.h"
 #include "encoder/encoder.h"
 #include "vm_test_util.h"
@@ -368,6 +371,46 @@ TEST(MatMulWeightCache, OnePackPerVersionAndCapacity) {
   wb.arg.version = 44;
   expect_matches_reference(k, {make_buffer(DType::kF32, {40, 256}, rng), wb}, mm_tol(256));
   EXPECT_EQ(weight_cache_stats().entries, 0);
+  set_weight_cache_capacity(size_t{1} << 30);
+  clear_weight_cache();
+}
+
+// Several threads multiply by constant weights at once while a tiny capacity evicts entries
+// that other threads are using (a packed weight lives while a runner holds it) and weights
+// get new versions: every result must still match the weight's contents at that call.
+TEST(MatMulWeightCache, ConcurrentCallsWithEvictionsAndNewVersions) {
+  clear_weight_cache();
+  KernelBuilder kb("linear");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 64});
+  Value w = kb.load("w", DType::kF32, {96, 64});
+  kb.store("y", kb.matmul(x, w, false, true));
+  auto ck = CompiledKernel::create(kb.build().value()).value();
+  // Room for about one packed weight: the threads' weights keep evicting each other.
+  set_weight_cache_capacity(96 * 64 * sizeof(float) * 3 / 2);
+  constexpr int kThreads = 4, kCalls = 12, kRows = 24;
+  std::vector<int> failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> wv(96 * 64), xv(kRows * 64, 1.0f), yv(kRows * 96);
+      for (int call = 0; call < kCalls; ++call) {
+        // Thread t's weight at this call: all elements t + call % 3 (a new version when it
+        // changes, the same memory).
+        const float value = static_cast<float>(t + call % 3);
+        std::fill(wv.begin(), wv.end(), value);
+        TensorArg wa = TensorArg::contiguous(wv.data(), DType::kF32, {96, 64});
+        wa.version = static_cast<uint64_t>(t) * 16 + call % 3 + 1;
+        const TensorArg in[] = {TensorArg::contiguous(xv.data(), DType::kF32, {kRows, 64}), wa};
+        const TensorArg out[] = {TensorArg::contiguous(yv.data(), DType::kF32, {kRows, 96})};
+        if (!ck->run(in, out).is_ok()) ++failures[t];
+        for (float y : yv) failures[t] += y != 64.0f * value;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  EXPECT_GT(weight_cache_stats().evictions, 0);
   set_weight_cache_capacity(size_t{1} << 30);
   clear_weight_cache();
 }
