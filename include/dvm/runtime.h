@@ -70,6 +70,7 @@ struct WeightCacheStats {
   int64_t hits = 0;       // lookups that found a packed operand
   int64_t packs = 0;      // operands packed (misses)
   int64_t evictions = 0;  // entries dropped for capacity
+  int64_t replaced = 0;   // entries dropped because their memory came back with a new version
 };
 WeightCacheStats weight_cache_stats();
 // Bytes of packed operands kept (default 1 GiB, or the DVM_WEIGHT_CACHE_MB environment

@@ -315,10 +315,12 @@ void bind_weight_cache(nb::module_& m) {
       .def_ro("hits", &WeightCacheStats::hits)
       .def_ro("packs", &WeightCacheStats::packs)
       .def_ro("evictions", &WeightCacheStats::evictions)
+      .def_ro("replaced", &WeightCacheStats::replaced)
       .def("__repr__", [](const WeightCacheStats& s) {
         std::ostringstream os;
         os << "WeightCacheStats(entries=" << s.entries << ", bytes=" << s.bytes
-           << ", hits=" << s.hits << ", packs=" << s.packs << ", evictions=" << s.evictions << ")";
+           << ", hits=" << s.hits << ", packs=" << s.packs << ", evictions=" << s.evictions
+           << ", replaced=" << s.replaced << ")";
         return os.str();
       });
   m.def("weight_cache_stats", &weight_cache_stats);

@@ -64,6 +64,7 @@ class WeightCache {
       } else {
         size_t bytes = cpu::packed_b_floats(key.k, key.n) * sizeof(float);
         if (bytes > capacity_) return nullptr;
+        drop_superseded_locked(key);
         e = std::make_shared<Entry>();
         e->bytes = bytes;
         lru_.push_front(key);
@@ -93,6 +94,7 @@ class WeightCache {
     std::lock_guard<std::mutex> lock(mu_);
     map_.clear();
     lru_.clear();
+    latest_.clear();
     bytes_ = 0;
     stats_ = WeightCacheStats{};
   }
@@ -111,19 +113,49 @@ class WeightCache {
     capacity_ = mb >= 0 ? static_cast<size_t>(mb) << 20 : size_t{1} << 30;
   }
 
+  static WeightKey layout_of(WeightKey key) {
+    key.version = 0;
+    return key;
+  }
+
+  void erase_locked(std::unordered_map<WeightKey, std::shared_ptr<Entry>, KeyHash>::iterator it) {
+    auto lt = latest_.find(layout_of(it->first));
+    if (lt != latest_.end() && lt->second == it->first.version) latest_.erase(lt);
+    bytes_ -= it->second->bytes;
+    lru_.erase(it->second->lru);
+    map_.erase(it);
+  }
+
   void evict_locked() {
     while (bytes_ > capacity_ && !lru_.empty()) {
-      auto it = map_.find(lru_.back());
-      bytes_ -= it->second->bytes;
-      map_.erase(it);
-      lru_.pop_back();
+      erase_locked(map_.find(lru_.back()));
       ++stats_.evictions;
     }
+  }
+
+  // The same memory and layout under a new version means the caller wrote it (a training step,
+  // a weight update): the older version's panels are stale and go at once rather than when the
+  // LRU reaches them, so updating weights every step does not fill the cache with dead copies.
+  void drop_superseded_locked(const WeightKey& key) {
+    const WeightKey layout = layout_of(key);
+    auto lt = latest_.find(layout);
+    if (lt != latest_.end() && lt->second != key.version) {
+      WeightKey old = layout;
+      old.version = lt->second;
+      auto it = map_.find(old);
+      if (it != map_.end()) {
+        erase_locked(it);
+        ++stats_.replaced;
+      }
+    }
+    latest_[layout] = key.version;
   }
 
   std::mutex mu_;
   std::unordered_map<WeightKey, std::shared_ptr<Entry>, KeyHash> map_;
   std::list<WeightKey> lru_;  // most recently used first
+  // Per memory and layout (version 0 in the key), the newest version cached.
+  std::unordered_map<WeightKey, uint64_t, KeyHash> latest_;
   size_t capacity_ = 0;
   size_t bytes_ = 0;
   WeightCacheStats stats_;
