@@ -142,17 +142,8 @@ def _eligible(t):
 
 def _arg(t):
     """A lazy operand for a torch tensor: its pending value, or a leaf wrapping its memory."""
-    d = t.__dict__
-    if d:
-        h = d.get("_dvm_lazy")
-        if h is not None and h.is_pending:
-            return h
-        w = d.get("_dvm_view")
-        if w is not None:
-            h = w.lock()
-            if h is not None and h.is_pending:
-                return h
-    return _leaf(t, t.shape, t.stride())
+    h = _pending(t)
+    return h if h is not None else _leaf(t, t.shape, t.stride())
 
 
 def _leaf(t, shape, strides):

@@ -77,7 +77,7 @@ class WeightCache {
     }
     std::lock_guard<std::mutex> lock(e->pack_mu);
     if (e->packed == nullptr) {
-      auto p = std::make_shared<PackedWeight>(cpu::packed_b_floats(key.k, key.n));
+      auto p = std::make_shared<PackedWeight>(e->bytes / sizeof(float));
       cpu::pack_b(key.dtype, key.k, key.n, key.data, key.rs, key.cs, p->mutable_panels());
       e->packed = std::move(p);
     }
