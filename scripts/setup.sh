@@ -39,9 +39,11 @@ install_debian() {
 install_debian
 
 # Python packages: the extension's build tools, numpy, pytest, torch (the CPU wheel 2.13.0; any
-# other version would download gigabytes) and matplotlib (benchmark plots).
+# other version would download gigabytes), matplotlib (benchmark plots), and the test clients
+# transformers (HuggingFace models built from configs, no downloads) and expecttest (OpInfo).
 PY="${PYTHON:-python3}"
-PY_PACKAGES=(nanobind scikit-build-core numpy pytest torch==2.13.0 matplotlib)
+PY_PACKAGES=(nanobind scikit-build-core numpy pytest torch==2.13.0 matplotlib transformers
+  expecttest)
 mapfile -t py_missing < <("$PY" - "${PY_PACKAGES[@]}" <<'PYEOF'
 import sys
 from importlib import metadata

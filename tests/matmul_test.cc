@@ -377,6 +377,47 @@ TEST(MatMulWeightCache, OnePackPerVersionAndCapacity) {
   clear_weight_cache();
 }
 
+// A model whose weights exceed the capacity, called over and over (each call uses every
+// weight once, in the same order): plain LRU would evict every weight just before its next use
+// and repack all of them on every call. The cache keeps a stable subset instead: after the
+// first two calls nothing is packed any more, the subset hits, the rest is declined and still
+// computes the right result.
+TEST(MatMulWeightCache, WorkingSetLargerThanCapacityDoesNotThrash) {
+  clear_weight_cache();
+  KernelBuilder kb("linear");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 64});
+  Value w = kb.load("w", DType::kF32, {96, 64});
+  kb.store("y", kb.matmul(x, w, false, true));
+  auto ck = CompiledKernel::create(kb.build().value()).value();
+  constexpr int kWeights = 7, kCalls = 8, kRows = 16;
+  std::vector<std::vector<float>> weights;
+  for (int i = 0; i < kWeights; ++i) weights.emplace_back(96 * 64, static_cast<float>(i + 1));
+  // Room for three of the seven packed weights (a packed weight is at least 96 x 64 floats).
+  set_weight_cache_capacity(96 * 64 * sizeof(float) * 7 / 2);
+  std::vector<float> xv(kRows * 64, 1.0f), yv(kRows * 96);
+  int64_t packs_after_two = 0;
+  for (int call = 0; call < kCalls; ++call) {
+    if (call == 2) packs_after_two = weight_cache_stats().packs;
+    for (int i = 0; i < kWeights; ++i) {
+      TensorArg wa = TensorArg::contiguous(weights[i].data(), DType::kF32, {96, 64});
+      wa.version = 1;
+      const TensorArg in[] = {TensorArg::contiguous(xv.data(), DType::kF32, {kRows, 64}), wa};
+      const TensorArg out[] = {TensorArg::contiguous(yv.data(), DType::kF32, {kRows, 96})};
+      ASSERT_TRUE(ck->run(in, out).is_ok());
+      for (float y : yv) ASSERT_EQ(y, 64.0f * static_cast<float>(i + 1)) << "weight " << i;
+    }
+  }
+  WeightCacheStats st = weight_cache_stats();
+  EXPECT_EQ(st.packs, packs_after_two) << "packs kept going after the second call: thrashing";
+  EXPECT_GT(st.entries, 0);
+  EXPECT_LE(st.bytes, st.capacity);
+  EXPECT_GE(st.hits, (kCalls - 2) * st.entries);  // the cached subset is used on every call
+  EXPECT_GT(st.declined, 0);
+  set_weight_cache_capacity(size_t{1} << 30);
+  clear_weight_cache();
+}
+
 // Several threads multiply by constant weights at once while a tiny capacity evicts entries
 // that other threads are using (a packed weight lives while a runner holds it) and weights
 // get new versions: every result must still match the weight's contents at that call.

@@ -63,14 +63,21 @@ struct RunStats {
 };
 
 // The process-wide cache of packed matmul operands (tensors passed with a nonzero
-// TensorArg::version). Entries are dropped least recently used first beyond the capacity.
+// TensorArg::version). When a new operand does not fit, it evicts least recently used entries
+// only if they look dead (unused for longer than twice the longest recent reuse interval);
+// otherwise it is declined and runs as with the cache disabled (its tiles pack their own
+// panels). So a working set larger than the capacity keeps a stable cached subset instead of
+// evicting every weight just before it is needed again, and is never slower than no cache.
 struct WeightCacheStats {
   int64_t entries = 0;
   int64_t bytes = 0;
-  int64_t hits = 0;       // lookups that found a packed operand
-  int64_t packs = 0;      // operands packed (misses)
-  int64_t evictions = 0;  // entries dropped for capacity
-  int64_t replaced = 0;   // entries dropped because their memory came back with a new version
+  int64_t capacity = 0;
+  int64_t hits = 0;            // lookups that found a packed operand
+  int64_t packs = 0;           // operands packed (misses)
+  int64_t evictions = 0;       // entries dropped for capacity
+  int64_t replaced = 0;        // entries dropped because their memory came back with a new version
+  int64_t declined = 0;        // lookups not cached: live entries filled the capacity
+  int64_t declined_bytes = 0;  // bytes of the distinct operands declined since the last clear
 };
 WeightCacheStats weight_cache_stats();
 // Bytes of packed operands kept (default 1 GiB, or the DVM_WEIGHT_CACHE_MB environment

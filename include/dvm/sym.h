@@ -46,8 +46,11 @@ class SymExpr {
  public:
   SymExpr();                  // the constant 0
   SymExpr(int64_t constant);  // NOLINT: implicit, so shapes read {s0, 768}
-  // `name` must be an identifier and range.lo <= range.hi (DVM_CHECKed).
+  // `name` must be an identifier and range.lo <= range.hi (DVM_CHECKed: callers taking names
+  // or ranges from users check them first with validate_symbol).
   static SymExpr symbol(std::string_view name, SymRange range = {});
+  // OK when symbol(name, range) may be called; else an error naming the symbol.
+  static Status validate_symbol(std::string_view name, SymRange range);
 
   bool is_constant() const;
   int64_t constant_value() const;  // DVM_CHECKs is_constant()

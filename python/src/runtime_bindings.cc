@@ -316,11 +316,15 @@ void bind_weight_cache(nb::module_& m) {
       .def_ro("packs", &WeightCacheStats::packs)
       .def_ro("evictions", &WeightCacheStats::evictions)
       .def_ro("replaced", &WeightCacheStats::replaced)
+      .def_ro("capacity", &WeightCacheStats::capacity)
+      .def_ro("declined", &WeightCacheStats::declined)
+      .def_ro("declined_bytes", &WeightCacheStats::declined_bytes)
       .def("__repr__", [](const WeightCacheStats& s) {
         std::ostringstream os;
         os << "WeightCacheStats(entries=" << s.entries << ", bytes=" << s.bytes
            << ", hits=" << s.hits << ", packs=" << s.packs << ", evictions=" << s.evictions
-           << ", replaced=" << s.replaced << ")";
+           << ", replaced=" << s.replaced << ", declined=" << s.declined
+           << ", capacity=" << s.capacity << ")";
         return os.str();
       });
   m.def("weight_cache_stats", &weight_cache_stats);

@@ -19,6 +19,7 @@ void bind_sym(nb::module_& m) {
       .def_static(
           "symbol",
           [](const std::string& name, int64_t lo, int64_t hi) {
+            raise_if_error(SymExpr::validate_symbol(name, SymRange{lo, hi}));
             return SymExpr::symbol(name, SymRange{lo, hi});
           },
           nb::arg("name"), nb::arg("lo") = 0, nb::arg("hi") = kSymMax)

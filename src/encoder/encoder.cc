@@ -86,6 +86,8 @@ Status Encoder::emit_stage(int stage, EncodedKernel* out) {
 Status Encoder::run(EncodedKernel* out) {
   int ni = static_cast<int>(inputs_.size());
   plan_matmuls();
+  plan_cuts();
+  DVM_RETURN_IF_ERROR(materialize_cuts());
   for (size_t k = 0; k < def_.outputs.size(); ++k) {
     View v = arg_view(ni + static_cast<int>(k), outputs_[k]);
     DVM_RETURN_IF_ERROR(add_sink(def_.outputs[k].node, v, /*joinable=*/true));

@@ -73,12 +73,19 @@ NodeMap identity_map(const CShape& s) {
 
 }  // namespace
 
-int Encoder::add_inst(int stage, Inst inst) {
-  auto& insts = stages_[stage].insts;
+int Encoder::find_inst(int stage, int node, const NodeMap& map, InstKind kind) const {
+  const auto& insts = stages_[stage].insts;
   for (size_t i = 0; i < insts.size(); ++i) {
-    if (insts[i].node == inst.node && insts[i].map == inst.map && insts[i].kind == inst.kind)
+    if (insts[i].node == node && insts[i].map == map && insts[i].kind == kind)
       return static_cast<int>(i);
   }
+  return -1;
+}
+
+int Encoder::add_inst(int stage, Inst inst) {
+  int existing = find_inst(stage, inst.node, inst.map, inst.kind);
+  if (existing >= 0) return existing;
+  auto& insts = stages_[stage].insts;
   for (int in : inst.inputs) insts[in].uses++;
   insts.push_back(std::move(inst));
   return static_cast<int>(insts.size()) - 1;
@@ -231,6 +238,37 @@ Status Encoder::materialize(int node, View* ws) {
   computing_root_ = node;
   DVM_RETURN_IF_ERROR(add_sink(node, v, /*joinable=*/false));
   *ws = v;
+  return Status::ok();
+}
+
+// The stage builder recurses from a sink through its operands, so an expression thousands of
+// ops deep would overflow the stack. Every kMaxVisitDepth-th elementwise node along the
+// deepest path is cut: it is computed into a workspace by its own stage, built (in node order,
+// so each cut's own cuts come first) before any sink, and read back by its consumers. Kernels
+// shallower than the limit, i.e. all real ones, are not affected.
+void Encoder::plan_cuts() {
+  cut_.assign(def_.nodes.size(), 0);
+  std::vector<int> depth(def_.nodes.size(), 0);
+  for (size_t i = 0; i < def_.nodes.size(); ++i) {
+    const Node& n = def_.nodes[i];
+    int d = 0;
+    for (int in : n.inputs) d = std::max(d, depth[in] + 1);
+    bool elementwise = n.kind == OpKind::kUnary || n.kind == OpKind::kBinary ||
+                       n.kind == OpKind::kSelect || n.kind == OpKind::kCast;
+    if (elementwise && d >= kMaxVisitDepth) {
+      cut_[i] = 1;
+      d = 0;
+    }
+    depth[i] = d;
+  }
+}
+
+Status Encoder::materialize_cuts() {
+  for (size_t i = 0; i < cut_.size(); ++i) {
+    if (!cut_[i]) continue;
+    View ws;
+    DVM_RETURN_IF_ERROR(materialize(static_cast<int>(i), &ws));
+  }
   return Status::ok();
 }
 
@@ -560,6 +598,19 @@ Status Encoder::visit(int stage, int node, const NodeMap& map, int* inst) {
     case OpKind::kCast:
     case OpKind::kBinary:
     case OpKind::kSelect: {
+      if (cut_[node]) {
+        if (computing_root_ == node) {
+          computing_root_ = -1;  // this is the cut's own stage: compute it here
+        } else {
+          // Deep expression: the value comes from the stage that plan_cuts gave it.
+          View ws;
+          DVM_RETURN_IF_ERROR(materialize(node, &ws));
+          return load_inst(stage, node, ws, map, inst);
+        }
+      }
+      // A value used twice under one map is visited once: without this, a DAG that reuses
+      // values (y = y * y, repeated) would be walked as a tree, exponentially.
+      if ((*inst = find_inst(stage, node, map, InstKind::kCompute)) >= 0) return Status::ok();
       Inst c;
       c.node = node;
       c.map = map;

@@ -33,6 +33,9 @@ class Encoder {
   Status materialize(int node, View* ws);
   bool resolve_view(int node, View* v);
   int add_inst(int stage, Inst inst);
+  int find_inst(int stage, int node, const NodeMap& map, InstKind kind) const;
+  void plan_cuts();
+  Status materialize_cuts();
   NodeMap broadcast_map(int out_node, int in_node, const NodeMap& m) const;
   int new_axis(int stage, int64_t extent);
   Status emit_stage(int stage, EncodedKernel* out);
@@ -50,6 +53,9 @@ class Encoder {
   // once into a workspace, instead of once in every stage that needs it.
   std::vector<char> mm_alone_;
   int computing_root_ = -1;  // the node a materialisation stage is being built for
+  // Per node: computed by a stage of its own to bound the visit's recursion depth.
+  std::vector<char> cut_;
+  static constexpr int kMaxVisitDepth = 256;
 };
 
 }  // namespace dvm::enc

@@ -64,6 +64,11 @@ bool Node::operator==(const Node& o) const {
          ints == o.ints && sym == o.sym && name == o.name;
 }
 
+const Node& GraphEmitter::failed_node() {
+  static const Node kFailed;
+  return kFailed;
+}
+
 int GraphEmitter::emit(Node n) {
   if (!status_.is_ok()) return -1;
   for (int i : n.inputs) {
@@ -248,6 +253,10 @@ GraphBuilder::GraphBuilder(std::string name) : impl_(std::make_unique<Impl>()) {
 GraphBuilder::~GraphBuilder() = default;
 
 SymExpr GraphBuilder::symbol(const std::string& name, SymRange range) {
+  if (Status valid = SymExpr::validate_symbol(name, range); !valid.is_ok()) {
+    impl_->em.fail(invalid_argument(impl_->def->name + ": " + valid.message()));
+    return SymExpr(1);  // build() reports the error; the placeholder keeps shapes well-formed
+  }
   auto it = impl_->def->symbols.find(name);
   if (it != impl_->def->symbols.end() && (it->second.lo != range.lo || it->second.hi != range.hi)) {
     impl_->em.fail(invalid_argument(impl_->def->name + ": symbol " + name +

@@ -47,13 +47,19 @@ struct GraphDef {
 // made non-negative and sorted, -1 reshape dims resolved, slice bounds canonicalised).
 // Errors name the graph, the op and the dims.
 Status infer_node(const GraphDef& g, Node& n);
+// Grouped-query attention: q's heads per k/v head when q [.., Hq, S, D] has a constant multiple
+// of k's Hk > 1 heads (query head h reads k/v head h / (Hq / Hk)); else 1.
+int attention_groups(const SymShape& q, const SymShape& k);
 
 // Appends nodes with inference; the first error is kept.
 class GraphEmitter {
  public:
   explicit GraphEmitter(GraphDef* g) : g_(g) {}
   int emit(Node n);  // -1 after an error
-  const Node& node(int id) const { return g_->nodes[id]; }
+  // Node `id`; for -1 (a failed emit) an empty node, so that a pass that builds on a failed
+  // result reads a rank-0 placeholder instead of memory before the node array, and its own
+  // emits return -1 until the recorded error surfaces.
+  const Node& node(int id) const { return id >= 0 ? g_->nodes[id] : failed_node(); }
   const Status& status() const { return status_; }
   void fail(Status s) {
     if (status_.is_ok()) status_ = std::move(s);
@@ -74,6 +80,8 @@ class GraphEmitter {
   int iota(SymShape shape, int axis, DType t);
 
  private:
+  static const Node& failed_node();
+
   GraphDef* g_;
   Status status_;
 };

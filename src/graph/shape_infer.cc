@@ -235,6 +235,8 @@ Status infer_matmul(const GraphDef& g, Node& n) {
 Status infer_index_select(const GraphDef& g, Node& n) {
   const Node& x = in(g, n, 0);
   const Node& idx = in(g, n, 1);
+  // A 0-d source has no axis to index (normalize_axis accepts axis 0 for rank 0).
+  if (x.shape.empty()) return fail(g, n, "the source must have rank >= 1, got a 0-d tensor");
   DVM_RETURN_IF_ERROR(normalize_axis(g, n, static_cast<int>(x.shape.size()), &n.axis));
   if (idx.shape.size() != 1 || !is_integer(idx.dtype)) {
     return fail(g, n,
@@ -250,6 +252,8 @@ Status infer_index_select(const GraphDef& g, Node& n) {
 Status infer_gather(const GraphDef& g, Node& n) {
   const Node& x = in(g, n, 0);
   const Node& idx = in(g, n, 1);
+  // A 0-d source has no axis to index (normalize_axis accepts axis 0 for rank 0).
+  if (x.shape.empty()) return fail(g, n, "the source must have rank >= 1, got a 0-d tensor");
   DVM_RETURN_IF_ERROR(normalize_axis(g, n, static_cast<int>(x.shape.size()), &n.axis));
   if (idx.shape.size() != x.shape.size() || !is_integer(idx.dtype)) {
     return fail(g, n, "index must be an integer tensor of the rank of " + shape_str(x.shape));
@@ -294,6 +298,19 @@ Status infer_linear(const GraphDef& g, Node& n) {
   return Status::ok();
 }
 
+}  // namespace
+
+int attention_groups(const SymShape& q, const SymShape& k) {
+  if (q.size() < 3 || k.size() != q.size()) return 1;
+  const SymExpr& hq = q[q.size() - 3];
+  const SymExpr& hk = k[k.size() - 3];
+  if (!hq.is_constant() || !hk.is_constant() || hk.constant_value() <= 1) return 1;
+  int64_t a = hq.constant_value(), b = hk.constant_value();
+  return a > b && a % b == 0 ? static_cast<int>(a / b) : 1;
+}
+
+namespace {
+
 Status infer_attention(const GraphDef& g, Node& n) {
   const SymShape& q = in(g, n, 0).shape;
   const SymShape& k = in(g, n, 1).shape;
@@ -304,9 +321,16 @@ Status infer_attention(const GraphDef& g, Node& n) {
         g, n,
         "q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) + " do not match");
   }
+  SymShape qb(q.begin(), q.end() - 2), kb(k.begin(), k.end() - 2), vb(v.begin(), v.end() - 2);
+  if (!(kb == vb)) {
+    return fail(g, n, "k " + shape_str(k) + " and v " + shape_str(v) + " differ in batch dims");
+  }
+  // Grouped-query attention: q's heads (the axis before the sequence) a multiple of k's.
+  if (attention_groups(q, k) > 1) kb[kb.size() - 1] = qb.back();
+  DVM_RETURN_IF_ERROR(broadcast(g, n, qb, kb, &n.shape));
   n.dtype = vm::float_dtype(in(g, n, 0).dtype);
-  n.shape = q;
-  n.shape.back() = v.back();
+  n.shape.push_back(q[q.size() - 2]);
+  n.shape.push_back(v.back());
   return Status::ok();
 }
 

@@ -49,6 +49,9 @@ class Decomposer {
   int variance(int id, bool take_sqrt);
   int cross_entropy(int id);
   int attention(int id);
+  static SymShape split_heads(const SymShape& s, SymExpr a, SymExpr b);
+  static SymShape stack_rows(const SymShape& s, int64_t hk, int groups);
+  int group_mask(int mask, int64_t hk, int groups);
   int clamp(int id);
 
   Rewriter* rw_;
@@ -145,8 +148,45 @@ int Decomposer::cross_entropy(int id) {
   return em_.cast(loss, src(id).dtype);
 }
 
+// Grouped-query attention: the G query heads that share a k/v head are stacked along the
+// query rows, q [.., Hk*G, S, D] -> [.., Hk, G*S, D] (a view), so both matmuls read k and v
+// once per k/v head instead of repeating them G times; the scores are viewed as
+// [.., Hk, G, S, Sk] for the mask, the causal rule and the softmax.
+SymShape Decomposer::split_heads(const SymShape& s, SymExpr a, SymExpr b) {
+  SymShape r(s.begin(), s.end() - 3);
+  r.push_back(std::move(a));
+  r.push_back(std::move(b));
+  r.insert(r.end(), s.end() - 2, s.end());
+  return r;
+}
+
+SymShape Decomposer::stack_rows(const SymShape& s, int64_t hk, int groups) {
+  SymShape r(s.begin(), s.end() - 3);
+  r.push_back(hk);
+  r.push_back(SymExpr(groups) * s[s.size() - 2]);
+  r.push_back(s.back());
+  return r;
+}
+
+// A mask for scores [.., Hq, S, Sk], reshaped for grouped scores [.., Hk, G, S, Sk].
+int Decomposer::group_mask(int mask, int64_t hk, int groups) {
+  const SymShape& m = shape(mask);
+  if (m.size() < 3) return mask;  // no head axis: broadcasts as it is
+  const SymExpr& h = m[m.size() - 3];
+  if (h == SymExpr(1)) return em_.reshape(mask, split_heads(m, 1, 1));
+  return em_.reshape(mask, split_heads(m, hk, groups));
+}
+
 int Decomposer::attention(int id) {
   int q = in(id, 0), k = in(id, 1), v = in(id, 2);
+  const int groups = graph::attention_groups(shape(q), shape(k));
+  int64_t hk = 1;
+  SymExpr rows;
+  if (groups > 1) {
+    hk = shape(k)[shape(k).size() - 3].constant_value();
+    rows = shape(q)[shape(q).size() - 2];
+    q = em_.reshape(q, stack_rows(shape(q), hk, groups));
+  }
   double scale = src(id).value;
   int s = em_.matmul(q, k, false, true);
   if (scale > 0) {
@@ -160,15 +200,23 @@ int Decomposer::attention(int id) {
     }
   }
   s = to_f32(s);
+  if (groups > 1 && s >= 0) {
+    const SymShape& st = shape(s);  // [.., Hk, G*S, Sk] -> [.., Hk, G, S, Sk]
+    SymShape grouped(st.begin(), st.end() - 2);
+    grouped.insert(grouped.end(), {SymExpr(groups), rows, st.back()});
+    s = em_.reshape(s, grouped);
+  }
   const double kNegInf = -std::numeric_limits<double>::infinity();
   if (has(id, 3)) {
     int mask = in(id, 3);
+    if (groups > 1) mask = group_mask(mask, hk, groups);
     if (dtype(mask) == DType::kBool) {
       s = em_.select(mask, s, em_.scalar(kNegInf, DType::kF32));
     } else {
       s = em_.binary(BinaryOp::kAdd, s, mask);
     }
   }
+  if (s < 0) return -1;  // the emitter recorded why
   if (src(id).flag) {
     const SymShape& ss = shape(s);
     SymShape ls = {ss[ss.size() - 2], ss.back()};
@@ -177,8 +225,16 @@ int Decomposer::attention(int id) {
     s = em_.select(em_.binary(BinaryOp::kLe, col, row), s, em_.scalar(kNegInf, DType::kF32));
   }
   int p = softmax(s, rank(s) - 1, false);
+  if (groups > 1 && p >= 0) {
+    const SymShape& pt = shape(p);  // [.., Hk, G, S, Sk] -> [.., Hk, G*S, Sk]
+    SymShape stacked(pt.begin(), pt.end() - 3);
+    stacked.insert(stacked.end(), {pt[pt.size() - 3] * pt[pt.size() - 2], pt.back()});
+    p = em_.reshape(p, stacked);
+  }
   p = em_.cast(p, dtype(v));
-  return em_.cast(em_.matmul(p, v, false, false), src(id).dtype);
+  int out = em_.matmul(p, v, false, false);
+  if (groups > 1) out = em_.reshape(out, src(id).shape);
+  return em_.cast(out, src(id).dtype);
 }
 
 int Decomposer::clamp(int id) {

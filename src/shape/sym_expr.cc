@@ -285,10 +285,20 @@ SymExpr::SymExpr(int64_t constant) {
 
 SymExpr::SymExpr(std::shared_ptr<const shape::SymNode> node) : node_(std::move(node)) {}
 
+Status SymExpr::validate_symbol(std::string_view name, SymRange range) {
+  if (!shape::is_identifier(name)) {
+    return invalid_argument("symbol name '" + std::string(name) + "' is not an identifier");
+  }
+  if (range.lo > range.hi) {
+    return invalid_argument("symbol '" + std::string(name) + "' has an empty range [" +
+                            std::to_string(range.lo) + ", " + std::to_string(range.hi) + "]");
+  }
+  return Status::ok();
+}
+
 SymExpr SymExpr::symbol(std::string_view name, SymRange range) {
-  DVM_CHECK_MSG(shape::is_identifier(name),
-                "symbol name '" + std::string(name) + "' is not an identifier");
-  DVM_CHECK_MSG(range.lo <= range.hi, "symbol '" + std::string(name) + "' has an empty range");
+  Status valid = validate_symbol(name, range);
+  DVM_CHECK_MSG(valid.is_ok(), valid.message());
   SymNode n;
   n.kind = SymKind::kSymbol;
   n.name = std::string(name);

@@ -87,6 +87,7 @@ class BlockRunner {
   // The constant B this runner's tiles last multiplied by (one lookup per launch and thread).
   std::shared_ptr<const vm::PackedWeight> packed_;
   vm::WeightKey packed_key_;
+  bool packed_looked_up_ = false;
 };
 
 void BlockRunner::set_axis(int axis, int64_t trip) {
@@ -458,11 +459,14 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
   key.rs = bk;
   key.cs = b.cs;
   key.dtype = db.dtype;
-  if (packed_ == nullptr || !(packed_key_ == key)) {
+  if (!packed_looked_up_ || !(packed_key_ == key)) {
+    // One lookup per operand and block runner, also when the cache declines it: the tiles of
+    // a declined operand pack their own panels, as with the cache disabled.
     packed_ = vm::packed_weight(key);
     packed_key_ = key;
-    if (packed_ == nullptr) return nullptr;
+    packed_looked_up_ = true;
   }
+  if (packed_ == nullptr) return nullptr;
   return packed_->panels() + j0 / panel_cols * (k * panel_cols);
 }
 
