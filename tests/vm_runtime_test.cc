@@ -253,5 +253,38 @@ TEST(Runtime, ElementwiseChainsMatchReference) {
   EXPECT_NE(text->find("chain.f32"), std::string::npos) << *text;
 }
 
+// An expression thousands of ops deep (y = y * 0.5 + 0.5, 6,000 times) overflowed the
+// stack of the encoder's recursive visit; the encoder now cuts it into stages. The VM must
+// still match the reference, with a few dozen stages rather than one per op.
+TEST(Runtime, VeryDeepExpressionIsCutIntoStages) {
+  KernelBuilder kb("deep");
+  Dim S = kb.symbol("S");
+  Value y = kb.load("x", DType::kF32, {S, 33});
+  for (int i = 0; i < 6000; ++i) y = kb.add(kb.mul(y, kb.constant(0.5)), kb.constant(0.5));
+  kb.store("y", y);
+  Kernel k = kb.build().value();
+  std::mt19937 rng(3);
+  expect_matches_reference(k, {make_buffer(DType::kF32, {5, 33}, rng)}, {1e-5, 1e-5});
+  Buffer x = make_buffer(DType::kF32, {5, 33}, rng), out = make_buffer(DType::kF32, {5, 33}, rng);
+  RunStats st;
+  auto ck = CompiledKernel::create(k).value();
+  ASSERT_TRUE(ck->run({&x.arg, 1}, {&out.arg, 1}, {}, &st).is_ok());
+  EXPECT_GT(st.programs, 1);
+  EXPECT_LT(st.programs, 100);
+}
+
+// A value used twice at every level (y = y * y + y, 60 levels): a tree walk of this DAG visits
+// 2^60 nodes; the encoder must visit each (node, map) once.
+TEST(Runtime, SharedSubexpressionsAreVisitedOnce) {
+  KernelBuilder kb("square_chain");
+  Dim S = kb.symbol("S");
+  Value y = kb.load("x", DType::kF32, {S});
+  for (int i = 0; i < 60; ++i) y = kb.mul(kb.add(kb.mul(y, y), y), kb.constant(0.25));
+  kb.store("y", y);
+  Kernel k = kb.build().value();
+  std::mt19937 rng(4);
+  expect_matches_reference(k, {make_buffer(DType::kF32, {100}, rng)}, {1e-6, 1e-5});
+}
+
 }  // namespace
 }  // namespace dvm::testing

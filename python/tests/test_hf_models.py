@@ -1,0 +1,67 @@
+"""HuggingFace transformers models (built from their config classes with random weights; nothing
+is downloaded) through torch.compile(backend="dvm", dynamic=True): equal to eager over several
+sequence lengths, one Dynamo compile for all of them, and DVM running the forward graph.
+
+Llama with grouped-query attention once crashed the process inside Executable.compile
+(tests/repro/llama_partition.graph is its partition)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import dvm.torch_backend as tb  # noqa: E402
+
+tb.register()
+
+LENGTHS = [7, 13, 32, 5, 50, 21]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    tb.reset_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def small_model(name):
+    torch.manual_seed(0)
+    common = dict(vocab_size=512)
+    if name == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, intermediate_size=176, **common)
+        return transformers.LlamaForCausalLM(cfg)
+    if name == "qwen2":
+        cfg = transformers.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=1, intermediate_size=176, **common)
+        return transformers.Qwen2ForCausalLM(cfg)
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, **common)
+        return transformers.GPT2LMHeadModel(cfg)
+    if name == "bert":
+        cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=128, **common)
+        return transformers.BertModel(cfg)
+    raise ValueError(name)
+
+
+def first_tensor(out):
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2", "bert"])
+def test_model_matches_eager_over_lengths_one_compile(name):
+    model = small_model(name).eval()
+    compiled = torch.compile(model, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for s in LENGTHS:
+            ids = torch.randint(0, 512, (2, s))
+            got = first_tensor(compiled(input_ids=ids, use_cache=False))
+            want = first_tensor(model(input_ids=ids, use_cache=False))
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    st = tb.stats()
+    assert st["dynamo_graphs"] == 1, st
+    assert st.get("dvm_partitions", 0) >= 1, st
+    assert st.get("runtime_fallbacks", 0) == 0, st
+    assert st.get("partition_fallbacks", 0) == 0, st
