@@ -286,5 +286,45 @@ TEST(Runtime, SharedSubexpressionsAreVisitedOnce) {
   expect_matches_reference(k, {make_buffer(DType::kF32, {100}, rng)}, {1e-6, 1e-5});
 }
 
+// Outputs that overlap an input, each other or themselves are rejected with an error naming
+// the output, before anything is written. Not even exact in-place runs are allowed: here the
+// second output reads x after the first one stored over it (z came out -3, not -1).
+TEST(Runtime, OverlappingOutputsAreRejected) {
+  KernelBuilder kb("affine");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S});
+  kb.store("y", kb.add(kb.mul(x, kb.constant(2.0)), kb.constant(1.0)));
+  kb.store("z", kb.unary(UnaryOp::kNeg, x));
+  auto ck = CompiledKernel::create(kb.build().value()).value();
+  std::vector<float> mem(64, 1.0f), other(64, 0.0f);
+  auto view = [](float* p, int64_t n, int64_t stride) {
+    TensorArg t = TensorArg::contiguous(p, DType::kF32, {n});
+    t.strides = {stride};
+    return t;
+  };
+  const TensorArg in[] = {view(mem.data(), 16, 1)};
+  auto expect_rejected = [&](TensorArg y, TensorArg z, const std::string& what) {
+    const TensorArg out[] = {y, z};
+    std::vector<float> before = mem, before_other = other;
+    Status st = ck->run(in, out);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what << ": " << st.to_string();
+    EXPECT_NE(st.message().find("output"), std::string::npos) << st.message();
+    EXPECT_EQ(mem, before) << what;
+    EXPECT_EQ(other, before_other) << what;
+  };
+  expect_rejected(view(mem.data() + 1, 16, 1), view(other.data(), 16, 1), "shifted by one");
+  expect_rejected(view(other.data(), 16, 1), view(other.data() + 8, 16, 1), "outputs overlap");
+  expect_rejected(view(other.data(), 16, 0), view(other.data() + 32, 16, 1), "stride 0");
+  expect_rejected(view(mem.data() + 15, 16, -1), view(other.data(), 16, 1), "reversed");
+  expect_rejected(view(mem.data(), 16, 1), view(other.data(), 16, 1), "exactly in place");
+  // Disjoint outputs run.
+  const TensorArg out[] = {view(other.data(), 16, 1), view(other.data() + 16, 16, 1)};
+  ASSERT_TRUE(ck->run(in, out).is_ok());
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(other[i], 3.0f);
+    EXPECT_EQ(other[16 + i], -1.0f);
+  }
+}
+
 }  // namespace
 }  // namespace dvm::testing

@@ -97,8 +97,9 @@ class CompiledKernel {
   ~CompiledKernel();
 
   // Runs the kernel. `outputs` must have the shapes infer_output_shapes() returns for these
-  // inputs; they may be strided views but must not overlap the inputs (except identical
-  // elementwise positions). On error no output element is written.
+  // inputs; they may be strided views but must not overlap an input (not even exactly: a
+  // kernel may read an input after storing an output), another output, or themselves (an
+  // InvalidArgument error says which). On error no output element is written.
   Status run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
              std::span<const ScalarArg> params = {}, RunStats* stats = nullptr) const;
 

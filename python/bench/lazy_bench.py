@@ -145,7 +145,7 @@ def main():
     with torch.no_grad():
         # Warm-up both (first lazy call compiles the plan).
         greedy_decode(model, prompt, 3)
-        with dvm.lazy():
+        with dvm.lazy(freeze_weights=True):
             greedy_decode(model, prompt, 3)
         t_e, t_l, s = [], [], None
         for _ in range(rounds):
@@ -154,10 +154,10 @@ def main():
             # Every round meets each length for the first time, as one decode does: plans are
             # recompiled at another length first (not timed), so each step encodes its programs.
             dvm.lazy.clear_plan_cache()
-            with dvm.lazy():
+            with dvm.lazy(freeze_weights=True):
                 greedy_decode(model, prompt[:, :8], 3)
             dvm.lazy.reset_stats()
-            with dvm.lazy():
+            with dvm.lazy(freeze_weights=True):
                 tok_l, t = greedy_decode(model, prompt, steps)
             t_l += t
             s = dvm.lazy.stats()  # of the last lazy round
@@ -174,7 +174,7 @@ def main():
         x0 = torch.randn(512, 256)
         tol = 1e-3 if a.quick else 1e-6
         refine(x0, w, b, 1e-2)
-        with dvm.lazy():
+        with dvm.lazy(freeze_weights=True):
             refine(x0, w, b, 1e-2)
         r_e, r_l = [], []
         for _ in range(rounds):
@@ -182,7 +182,7 @@ def main():
             r_e += t
             n_e = len(t)
             dvm.lazy.reset_stats()
-            with dvm.lazy():
+            with dvm.lazy(freeze_weights=True):
                 xl, t = refine(x0, w, b, tol)
             r_l += t
             n_l = len(t)

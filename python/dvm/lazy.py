@@ -89,6 +89,7 @@ class _State(threading.local):
         self.read = set()  # storage addresses the trace reads
         self.produced = set()  # storage addresses the trace will write
         self.depth = 0  # active modes on this thread
+        self.freeze = False  # the innermost mode's freeze_weights
 
 
 _state = _State()
@@ -154,9 +155,10 @@ def _leaf(t, shape, strides):
     if base is None:
         base = t
     cache = base.__dict__.get("_dvm_leaves")
-    # Parameters (weights) are constants for DVM (packed once as matmul operands); their
-    # version follows torch's in-place counter, so a written weight gets a new leaf.
-    version = _torch_version(t, base) if type(base) is _Parameter else 0
+    # With freeze_weights, parameters (weights) are constants for DVM (packed once as matmul
+    # operands); their version follows torch's in-place counter, so a written weight gets a new
+    # leaf (writes through `.data` are not counted: hence opt-in).
+    version = _torch_version(t, base) if _state.freeze and type(base) is _Parameter else 0
     key = (_data_ptr(t), shape, strides, t.dtype, version)
     if cache is None:
         cache = base.__dict__["_dvm_leaves"] = _LeafCache()
@@ -995,11 +997,15 @@ class LazyMode:
 
     max_trace_ops: flush when the thread's trace holds this many ops (process-wide option;
     None keeps the current one).
+    freeze_weights: parameters change only through in-place ops on the parameter itself (never
+    through ``.data`` or a numpy alias), so DVM may pack each weight once and reuse it.
     """
 
-    def __init__(self, max_trace_ops=None):
+    def __init__(self, max_trace_ops=None, freeze_weights=False):
         self.max_trace_ops = max_trace_ops
+        self.freeze_weights = freeze_weights
         self._modes = []
+        self._outer_freeze = []
 
     def __enter__(self):
         global _mode_class
@@ -1017,6 +1023,8 @@ class LazyMode:
         self._modes.append(mode)
         _patch(True)
         _state.depth += 1
+        self._outer_freeze.append(_state.freeze)
+        _state.freeze = bool(self.freeze_weights)
         return self
 
     def __exit__(self, *exc):
@@ -1025,6 +1033,7 @@ class LazyMode:
             _flush(FlushReason.SYNC)
         finally:
             _state.depth -= 1
+            _state.freeze = self._outer_freeze.pop()
             _patch(False)
             mode.__exit__(*exc)
         return False
@@ -1032,7 +1041,7 @@ class LazyMode:
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
-            with LazyMode(self.max_trace_ops):
+            with LazyMode(self.max_trace_ops, self.freeze_weights):
                 return fn(*args, **kwargs)
 
         return wrapped
@@ -1046,10 +1055,10 @@ def is_pending(t):
 class _CallableModule(types.ModuleType):
     """Makes the module callable: ``dvm.lazy()`` / ``dvm.lazy(fn)`` / ``@dvm.lazy``."""
 
-    def __call__(self, fn=None, *, max_trace_ops=None):
+    def __call__(self, fn=None, *, max_trace_ops=None, freeze_weights=False):
         if callable(fn):
-            return LazyMode(max_trace_ops)(fn)
-        return LazyMode(max_trace_ops)
+            return LazyMode(max_trace_ops, freeze_weights)(fn)
+        return LazyMode(max_trace_ops, freeze_weights)
 
 
 sys.modules[__name__].__class__ = _CallableModule

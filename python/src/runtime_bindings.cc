@@ -112,7 +112,10 @@ const TorchTypes* torch_types() {
 
 // torch tensors skip DLPack: torch's __dlpack__ is a Python method costing ~5 us a tensor,
 // reading data_ptr/shape/stride/dtype ~1 us. Same memory, same view, no copy.
-bool torch_arg(nb::handle item, const char* what, size_t i, const std::vector<std::string>& names,
+// A tensor with torch's negative bit (a lazily negated view, e.g. `t.conj().imag` or `-t` of
+// such a view) holds the negation of what its memory says: an input is resolved into a copy
+// (`item` becomes that copy, kept alive by the caller); an output cannot be written in place.
+bool torch_arg(nb::object& item, const char* what, size_t i, const std::vector<std::string>& names,
                TensorArg* out) {
   const TorchTypes* tt = torch_types();
   if (tt == nullptr ||
@@ -131,6 +134,14 @@ bool torch_arg(nb::handle item, const char* what, size_t i, const std::vector<st
                                        py_str(dt) +
                                        "; DVM stores f32, f16, bf16, "
                                        "i32, i64 and bool"));
+  }
+  if (nb::cast<bool>(item.attr("is_neg")())) {
+    if (std::string(what) == "output") {
+      throw StatusError(invalid_argument(arg_label(what, i, names) +
+                                         " has torch's negative bit set (a lazily negated view); "
+                                         "pass a tensor without it (resolve_neg())"));
+    }
+    item = item.attr("resolve_neg")();
   }
   auto shape = nb::cast<std::vector<int64_t>>(item.attr("shape"));
   auto strides = nb::cast<std::vector<int64_t>>(item.attr("stride")());

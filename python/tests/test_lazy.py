@@ -462,21 +462,37 @@ def test_leaves_are_cached_across_flushes_and_follow_writes(monkeypatch):
 
 
 def test_parameters_are_packed_once_and_repacked_after_writes():
-    """Weights (nn.Parameter leaves) are DVM constants: packed once as matmul operands across
-    flushes and shapes; an in-place update gives them a new version (packed again, seen)."""
+    """With freeze_weights, weights (nn.Parameter leaves) are DVM constants: packed once as
+    matmul operands across flushes and shapes; an in-place update gives them a new version
+    (packed again, seen)."""
     dvm.clear_weight_cache()
     lin = torch.nn.Linear(64, 48)
     with torch.no_grad():
         for rows in (9, 17, 30):  # more than 4 rows: the weight is packed, not read in place
             x = torch.randn(rows, 64)
-            with L():
+            with L(freeze_weights=True):
                 y = lin(x * 1.0)
             torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
         assert dvm.weight_cache_stats().packs == 1
         lin.weight.mul_(-0.5)
         x = torch.randn(12, 64)
-        with L():
+        with L(freeze_weights=True):
             y = lin(x * 1.0)
         torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
         assert dvm.weight_cache_stats().packs == 2
     dvm.clear_weight_cache()
+
+
+def test_parameter_written_through_data_is_seen_by_default():
+    """A write through `.data` bumps no version counter; by default lazy mode reads weights as
+    they are at every flush, so nothing stale is used and nothing is packed ahead."""
+    dvm.clear_weight_cache()
+    lin = torch.nn.Linear(64, 48)
+    with torch.no_grad():
+        x = torch.randn(12, 64)
+        for _ in range(2):
+            with L():
+                y = lin(x * 1.0)
+            torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
+            lin.weight.data.mul_(-1.5)
+    assert dvm.weight_cache_stats().packs == 0

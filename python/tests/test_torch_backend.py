@@ -215,13 +215,17 @@ def test_data_dependent_control_flow():
     assert dynamo_graphs() >= 2  # the graph break splits the frame
 
 
-def test_parameters_zero_copy():
+@pytest.mark.parametrize("freeze", [False, True])
+def test_parameters_zero_copy(freeze):
     """DVM reads parameters in place: an in-place update shows in the next call, with no
-    recompile, and the pointers DVM receives are the parameters' own. Parameters are passed as
-    dvm.Constant (weights packed once); the update gives them a new version (packed again)."""
+    recompile, and the pointers DVM receives are the parameters' own. With freeze_weights the
+    parameters are passed as dvm.Constant (weights packed once) and an update gives them a new
+    version (packed again); without it nothing is packed ahead."""
     torch.manual_seed(0)
+    dvm.clear_weight_cache()
     model = MLP().eval()
-    compiled = torch.compile(model, backend="dvm", dynamic=True)
+    compiled = torch.compile(model, backend="dvm", dynamic=True,
+                             options={"freeze_weights": freeze})
     seen = []
     orig = DvmPartition._inputs
 
@@ -237,7 +241,7 @@ def test_parameters_zero_copy():
         ptrs = {p.data_ptr() for p in model.parameters()}
         assert ptrs <= set(seen)
         packs = dvm.weight_cache_stats().packs
-        assert packs > 0
+        assert (packs > 0) == freeze
         w = model.fc1.weight
         ptr = w.data_ptr()
         with torch.no_grad():
@@ -245,10 +249,24 @@ def test_parameters_zero_copy():
             model.ln.bias.add_(1.0)
         assert w.data_ptr() == ptr
         check(compiled, model, x)
-        assert dvm.weight_cache_stats().packs > packs
+        assert (dvm.weight_cache_stats().packs > packs) == freeze
     finally:
         DvmPartition._inputs = orig
     assert dynamo_graphs() == 1
+
+
+def test_weight_written_through_data_is_seen_by_default():
+    """A write through `.data` bumps no version counter: by default DVM reads the weight as it
+    is on every call, so the write is seen (a packed copy would be stale)."""
+    torch.manual_seed(0)
+    model = nn.Linear(32, 48).eval()
+    compiled = torch.compile(model, backend="dvm", dynamic=True)
+    x = torch.randn(16, 32)
+    check(compiled, model, x)
+    model.weight.data.mul_(-1.5)
+    check(compiled, model, x)
+    model.weight.detach().numpy()[:] = 0.25
+    check(compiled, model, x)
 
 
 def test_symint_inputs():

@@ -18,6 +18,7 @@
 #include "fuser/fusion.h"
 #include "fuser/lower.h"
 #include "passes/passes.h"
+#include "runtime/arg_checks.h"
 
 namespace dvm {
 
@@ -559,50 +560,6 @@ StatusOr<TensorArg> CallState::resolve_load(const fuser::LoadSpec& l) {
   return view_of(l.node, x_.g->nodes[l.node].inputs[0]);
 }
 
-// Byte range [lo, hi) a view touches; empty views touch nothing.
-std::pair<uintptr_t, uintptr_t> byte_span(const TensorArg& t) {
-  int64_t lo = t.offset, hi = t.offset, n = 1;
-  std::vector<int64_t> strides = t.strides.empty() ? exec::contiguous_strides(t.shape) : t.strides;
-  for (size_t i = 0; i < t.shape.size(); ++i) {
-    n *= t.shape[i];
-    if (t.shape[i] == 0) continue;
-    int64_t ext = (t.shape[i] - 1) * strides[i];
-    (ext < 0 ? lo : hi) += ext;
-  }
-  if (n == 0) return {0, 0};
-  auto base = reinterpret_cast<uintptr_t>(t.data);
-  int64_t es = dtype_size(t.dtype);
-  return {base + static_cast<uintptr_t>(lo * es), base + static_cast<uintptr_t>((hi + 1) * es)};
-}
-
-// Outputs are written while inputs are still being read, and the graph declares no aliases:
-// an output may not overlap an input or another output.
-Status check_no_overlap(const std::string& name, std::span<const TensorArg> inputs,
-                        std::span<const TensorArg> outputs) {
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    auto [olo, ohi] = byte_span(outputs[k]);
-    if (olo == ohi) continue;
-    auto overlaps = [&](const TensorArg& t) {
-      auto [lo, hi] = byte_span(t);
-      return lo < ohi && olo < hi;
-    };
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (overlaps(inputs[i])) {
-        return invalid_argument(name + ": output " + std::to_string(k) +
-                                " overlaps the memory of input " + std::to_string(i) +
-                                " (the graph declares no aliases)");
-      }
-    }
-    for (size_t j = 0; j < k; ++j) {
-      if (overlaps(outputs[j])) {
-        return invalid_argument(name + ": outputs " + std::to_string(j) + " and " +
-                                std::to_string(k) + " overlap");
-      }
-    }
-  }
-  return Status::ok();
-}
-
 Status run_native(const Executable::Impl& x, CallState& cs, int id) {
   const Node& n = x.g->nodes[id];
   TensorArg out = cs.storage(id);
@@ -684,7 +641,7 @@ Status Executable::run(std::span<const TensorArg> inputs, std::span<const Tensor
                               to_string(x.g->nodes[o].shape) + " for this binding");
     }
   }
-  DVM_RETURN_IF_ERROR(check_no_overlap(x.g->name, inputs, outputs));
+  DVM_RETURN_IF_ERROR(runtime::check_no_overlap(x.g->name, inputs, outputs));
   std::unique_ptr<Arena> arena = x.take_arena();
   arena->reserve(p->arena_bytes);
   GraphRunStats st;

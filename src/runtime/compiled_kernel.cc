@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "encoder/encoder.h"
 #include "ir/kernel_def.h"
+#include "runtime/arg_checks.h"
 
 namespace dvm {
 
@@ -161,6 +162,7 @@ Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
                                std::span<const TensorArg> outputs,
                                std::span<const ScalarArg> params, RunStats* stats) const {
   DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
+  DVM_RETURN_IF_ERROR(runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs));
   if (stats) *stats = RunStats{};
   return impl_->lookup(inputs, outputs, params, stats).status();
 }
@@ -168,6 +170,7 @@ Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
 Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                            std::span<const ScalarArg> params, RunStats* stats) const {
   DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
+  DVM_RETURN_IF_ERROR(runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs));
   if (stats) *stats = RunStats{};
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
                        impl_->lookup(inputs, outputs, params, stats));

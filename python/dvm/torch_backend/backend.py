@@ -47,9 +47,9 @@ def decompositions():
     return table
 
 
-def _fw_compiler(gm: torch.fx.GraphModule, example_inputs, *, graph_name):
+def _fw_compiler(gm: torch.fx.GraphModule, example_inputs, *, graph_name, freeze_weights):
     bump("aot_graphs")
-    compiled = partition_and_compile(gm, example_inputs, graph_name)
+    compiled = partition_and_compile(gm, example_inputs, graph_name, freeze_weights)
     return make_boxed_func(compiled.forward)
 
 
@@ -60,13 +60,25 @@ def _bw_compiler(gm: torch.fx.GraphModule, example_inputs, *, graph_name):
     return make_boxed_func(gm.forward)
 
 
-def dvm_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """torch.compile(model, backend="dvm")."""
-    if kwargs:
-        log.warning("dvm backend ignores options %s", sorted(kwargs))
+OPTIONS = ("freeze_weights",)
+
+
+def dvm_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
+    """torch.compile(model, backend="dvm", options={...}).
+
+    options["freeze_weights"] (default False): the caller promises that parameters change only
+    through in-place ops on the parameter itself (optimizer steps, ``p.copy_()``), never through
+    ``p.data`` or a numpy alias; DVM then packs each weight once as a matmul operand and reuses
+    it across calls (faster for small batches; costs the packed copy's memory, bounded by
+    DVM_WEIGHT_CACHE_MB). Without it every call reads the weights as they are."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS)) + sorted(kwargs)
+    if unknown:
+        log.warning("dvm backend ignores options %s (known: %s)", unknown, list(OPTIONS))
+    freeze = bool(options.get("freeze_weights", False))
     name = f"g{next(_counter)}"
     backend = aot_autograd(
-        fw_compiler=functools.partial(_fw_compiler, graph_name=name),
+        fw_compiler=functools.partial(_fw_compiler, graph_name=name, freeze_weights=freeze),
         bw_compiler=functools.partial(_bw_compiler, graph_name=name + "_bw"),
         decompositions=decompositions(),
     )

@@ -186,8 +186,10 @@ def _symbol_sources(gm, shape_env):
     return out
 
 
-def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="graph"):
-    """Returns the GraphModule with DVM partitions (each compiled once) and ATen for the rest."""
+def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="graph",
+                          freeze_weights=False):
+    """Returns the GraphModule with DVM partitions (each compiled once) and ATen for the rest.
+    freeze_weights: parameters are passed as DVM constants (see DvmPartition)."""
     shape_env = _shape_env(gm, example_inputs)
     set_shape_env(shape_env)
     support = DvmOperatorSupport()
@@ -232,6 +234,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
             log_fallback("dvm: partition %s (%d nodes) runs in PyTorch: %s", name,
                          sum(1 for n in sub.graph.nodes if n.op == "call_function"), e)
             continue
+        mod.freeze_weights = freeze_weights
         setattr(fused, node.target, mod)
         if extra:
             args = list(node.args)

@@ -69,16 +69,21 @@ class DvmPartition(torch.nn.Module):
             k == "dvm" for k, _ in out_plan
         ) and [i for _, i in out_plan] == list(range(len(out_plan)))
         self._arg_idx = [i for _, i in in_plan]
+        self.freeze_weights = False
 
     def _inputs(self, args):
         if self._simple:
             ins = [args[i] for i in self._arg_idx]
         else:
             ins = [args[i] if k == "arg" else carrier(args[i]) for k, i in self.in_plan]
-        # Parameters (weights) as dvm.Constant: DVM packs a weight once as a matmul operand
-        # instead of on every call; the version follows torch's version counter, so an in-place
-        # update (an optimizer step) repacks. Made per call: a Constant kept on the tensor would
-        # outlive the extension at interpreter exit.
+        # With freeze_weights, parameters (weights) are dvm.Constant: DVM packs a weight once as
+        # a matmul operand instead of on every call; the version follows torch's version
+        # counter, so an in-place update of the parameter (an optimizer step) repacks, but a
+        # write through `.data` or a numpy alias is not seen (torch counts no version there),
+        # hence opt-in. Made per call: a Constant kept on the tensor would outlive the extension
+        # at interpreter exit.
+        if not self.freeze_weights:
+            return ins
         return [_constant(t) if isinstance(t, _Parameter) else t for t in ins]
 
     def forward(self, *args):
