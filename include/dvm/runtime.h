@@ -41,11 +41,18 @@ struct TensorArg {
 };
 
 // A run-time scalar argument (for KernelBuilder::param).
+// An integer param must be given of_int (or of_float with an integral value in the dtype's
+// range); run() reports anything else (NaN, inf, 2**40 for an i32) as an error naming the param.
 struct ScalarArg {
   double f = 0.0;
   int64_t i = 0;
-  static ScalarArg of_float(double v) { return ScalarArg{v, static_cast<int64_t>(v)}; }
-  static ScalarArg of_int(int64_t v) { return ScalarArg{static_cast<double>(v), v}; }
+  bool integral = false;  // made by of_int: `i` is the value
+  static ScalarArg of_float(double v) {
+    // The cast is defined only inside int64's range; outside it `i` is unused (see above).
+    bool fits = v > -9.2e18 && v < 9.2e18;
+    return ScalarArg{v, fits ? static_cast<int64_t>(v) : 0, false};
+  }
+  static ScalarArg of_int(int64_t v) { return ScalarArg{static_cast<double>(v), v, true}; }
 };
 
 struct CompileOptions {
@@ -97,9 +104,10 @@ class CompiledKernel {
   ~CompiledKernel();
 
   // Runs the kernel. `outputs` must have the shapes infer_output_shapes() returns for these
-  // inputs; they may be strided views but must not overlap an input (not even exactly: a
-  // kernel may read an input after storing an output), another output, or themselves (an
-  // InvalidArgument error says which). On error no output element is written.
+  // inputs; they may be strided views but must not overlap an input, another output, or
+  // themselves (an InvalidArgument error says which). Exception: the one output of a kernel of
+  // elementwise ops only may be exactly an input's view (in place). On error no output
+  // element is written.
   Status run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
              std::span<const ScalarArg> params = {}, RunStats* stats = nullptr) const;
 

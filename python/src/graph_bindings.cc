@@ -272,6 +272,12 @@ void bind_graph(nb::module_& m) {
   m.def(
       "parse_graph", [](const std::string& text) { return value_or_raise(parse_graph(text)); },
       nb::arg("text"), "Parses the text form printed by Graph.to_string().");
+  m.def(
+      "parse_graph",
+      [](const nb::bytes& text) {
+        return value_or_raise(parse_graph(std::string_view(text.c_str(), text.size())));
+      },
+      nb::arg("text"), "The same from bytes (errors quote undecodable bytes as U+FFFD).");
 
   nb::class_<PyGraphBuilder> c(
       m, "GraphBuilder", "Records tensor ops with symbolic shapes; build() freezes the graph.");

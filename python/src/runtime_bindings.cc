@@ -201,14 +201,26 @@ std::vector<TensorArg> tensor_args(nb::handle seq, const char* what,
   return args;
 }
 
-std::vector<ScalarArg> scalar_args(nb::handle seq) {
+std::vector<ScalarArg> scalar_args(nb::handle seq, const std::vector<std::string>& names) {
+  if (!nb::isinstance<nb::sequence>(seq) || nb::isinstance<nb::str>(seq)) {
+    throw StatusError(invalid_argument("params must be a list or tuple of numbers"));
+  }
   std::vector<ScalarArg> params;
-  for (nb::handle h : nb::cast<nb::sequence>(seq)) {
-    if (PyBool_Check(h.ptr()) || PyLong_Check(h.ptr()) || PyIndex_Check(h.ptr())) {
-      params.push_back(ScalarArg::of_int(nb::cast<int64_t>(h)));
+  size_t i = 0;
+  for (nb::handle h : nb::borrow<nb::sequence>(seq)) {
+    int64_t iv;
+    double fv;
+    if ((PyBool_Check(h.ptr()) || PyLong_Check(h.ptr()) || PyIndex_Check(h.ptr())) &&
+        nb::try_cast<int64_t>(h, iv)) {
+      params.push_back(ScalarArg::of_int(iv));
+    } else if (!PyLong_Check(h.ptr()) && nb::try_cast<double>(h, fv)) {
+      params.push_back(ScalarArg::of_float(fv));
     } else {
-      params.push_back(ScalarArg::of_float(nb::cast<double>(h)));
+      throw StatusError(invalid_argument(arg_label("param", i, names) +
+                                         ": expected an int or a float (int64 range), got " +
+                                         nb::type_name(h.type()).c_str() + " " + py_str(h)));
     }
+    ++i;
   }
   return params;
 }
@@ -229,7 +241,7 @@ CallArgs call_args(const PyKernel& k, nb::handle inputs, nb::handle outputs, nb:
     c.outputs =
         tensor_args(outputs, "output", k.signature->output_names, &c.out_arrays, &c.objects);
   }
-  if (params.is_valid()) c.params = scalar_args(params);
+  if (params.is_valid()) c.params = scalar_args(params, k.signature->param_names);
   return c;
 }
 

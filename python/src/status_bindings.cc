@@ -28,14 +28,22 @@ namespace {
 
 PyObject* g_dvm_error = nullptr;  // the exception type; owned by the module once added
 
+// A message may quote user text that is not UTF-8 (a graph parsed from arbitrary bytes):
+// undecodable bytes become U+FFFD instead of a UnicodeDecodeError replacing the DvmError.
+nb::str utf8_text(const std::string& s) {
+  PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (u == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(u);
+}
+
 void translate_status_error(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
   } catch (const StatusError& e) {
     nb::object type = nb::borrow(g_dvm_error);
-    nb::object error = type(e.status().to_string());
+    nb::object error = type(utf8_text(e.status().to_string()));
     error.attr("code") = e.status().code();
-    error.attr("message") = e.status().message();
+    error.attr("message") = utf8_text(e.status().message());
     PyErr_SetObject(g_dvm_error, error.ptr());
   }
 }

@@ -125,3 +125,29 @@ def test_torch_tensors_cross_zero_copy():
     out = torch.empty(6, 32)
     exe.run([x, w, b], [out])
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_graph_text_gets_a_clear_error():
+    """Errors on user text never turn into another exception type: undecodable bytes in a
+    message become U+FFFD; an op with the wrong operand count is rejected where it is parsed."""
+    text = ('graph g {\n  %0 = input {name="x"} : f32[4]\n  %1 = unary.exp(%0) : f32[4]\n'
+            '  return y=%1\n}\n')
+    assert dvm.parse_graph(text).num_nodes == 2
+    bad = text.encode().replace(b"unary.exp", b"unary.\xff\xfe")  # not UTF-8
+    with pytest.raises(dvm.DvmError, match="unknown op 'unary.\ufffd\ufffd'"):
+        dvm.parse_graph(bad)
+    with pytest.raises(dvm.DvmError, match="unknown op"):
+        dvm.parse_graph(text.replace("unary.exp", "unary.ex\u00e9"))
+    operand = text.replace("unary.exp(%0)", 'input(%0) {name="z"}')
+    with pytest.raises(dvm.DvmError, match="takes 0 operands, got 1"):
+        dvm.parse_graph(operand)
+
+
+@pytest.mark.parametrize("args", [("S", 16, 1), ("",), ("1 bad",)])
+def test_invalid_symbols_are_errors_not_aborts(args):
+    gb = dvm.GraphBuilder("g")
+    gb.symbol(*args)
+    with pytest.raises(dvm.DvmError, match="symbol"):
+        gb.build()
+    with pytest.raises(dvm.DvmError, match="symbol"):
+        dvm.SymExpr.symbol(*args)

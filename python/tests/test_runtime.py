@@ -469,6 +469,50 @@ def test_params_never_reencode(rng):
         ck.run([x], [out])
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2.0**40, 2**40, 1.5])
+def test_integer_param_out_of_range_is_an_error(rng, bad):
+    def body(kb):
+        kb.store("y", kb.add(kb.load("x", I32, [kb.symbol("N")]), kb.param("k", I32)))
+
+    ck = kernel("int_param", body)
+    x = np.arange(5, dtype=np.int32)
+    out = np.full(5, -7, dtype=np.int32)
+    with pytest.raises(dvm.DvmError, match=r"param 'k' \(i32\) cannot hold"):
+        ck.run([x], [out], [bad])
+    assert np.all(out == -7)
+    ck.run([x], [out], [3.0])  # an integral float is fine
+    np.testing.assert_array_equal(out, x + 3)
+
+
+@pytest.mark.parametrize("bad", ["3", None, [1], 2**70])
+def test_param_of_the_wrong_type_names_the_param(bad):
+    def body(kb):
+        x = kb.load("x", F32, [kb.symbol("N")])
+        kb.store("y", kb.mul(x, kb.param("alpha", F32)))
+
+    ck = kernel("typed_param", body)
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(dvm.DvmError, match=r"param 0 \('alpha'\): expected an int or a float"):
+        ck.run([x], [np.empty_like(x)], [bad])
+
+
+def test_negative_bit_tensors_are_read_as_their_values():
+    torch = pytest.importorskip("torch")
+
+    def body(kb):
+        kb.store("y", kb.add(kb.load("x", F32, [kb.symbol("N")]), 1.0))
+
+    ck = kernel("neg_bit", body)
+    base = torch.arange(6, dtype=torch.float32)
+    x = torch._neg_view(base)
+    assert x.is_neg()
+    out = torch.empty(6)
+    ck.run([x], [out])
+    torch.testing.assert_close(out, -base + 1.0)
+    with pytest.raises(dvm.DvmError, match="negative bit"):
+        ck.run([base], [torch._neg_view(torch.empty(6))])
+
+
 def test_stats_and_cache_per_shape(rng):
     def body(kb):
         kb.store("y", kb.unary(dvm.UnaryOp.EXP, kb.load("x", F32, [kb.symbol("N")])))

@@ -3,7 +3,9 @@
 // anything else is a contradiction reported with the op and the dims.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
+#include <utility>
 
 #include "graph/graph_def.h"
 #include "vm/scalar_ops.h"
@@ -450,33 +452,51 @@ Status infer_meta(const GraphDef& g, Node& n) {
   }
 }
 
-size_t arity_min(GraphOp op) {
+// Operand counts each op takes: [min, max] (an input with an operand once parsed, then
+// failed far away with "kernel has no outputs").
+std::pair<size_t, size_t> arity(GraphOp op) {
   switch (op) {
     case GraphOp::kInput:
     case GraphOp::kConstant:
     case GraphOp::kIota:
-      return 0;
+      return {0, 0};
     case GraphOp::kBinary:
     case GraphOp::kMatMul:
     case GraphOp::kIndexSelect:
     case GraphOp::kGather:
     case GraphOp::kSwiglu:
-    case GraphOp::kLinear:
     case GraphOp::kEmbedding:
     case GraphOp::kCrossEntropy:
-      return 2;
+      return {2, 2};
     case GraphOp::kSelect:
+      return {3, 3};
+    case GraphOp::kLinear:
+      return {2, 3};
     case GraphOp::kAttention:
-      return 3;
+      return {3, 4};
+    case GraphOp::kLayerNorm:
+      return {1, 3};
+    case GraphOp::kRmsNorm:
+      return {1, 2};
+    case GraphOp::kConcat:
+      return {1, SIZE_MAX};
     default:
-      return 1;
+      return {1, 1};
   }
 }
 
 }  // namespace
 
 Status infer_node(const GraphDef& g, Node& n) {
-  if (n.inputs.size() < arity_min(n.op)) return fail(g, n, "too few operands");
+  auto [lo, hi] = arity(n.op);
+  if (n.inputs.size() < lo || n.inputs.size() > hi) {
+    return fail(g, n,
+                "takes " +
+                    (lo == hi ? std::to_string(lo)
+                              : std::to_string(lo) + " to " +
+                                    (hi == SIZE_MAX ? "any" : std::to_string(hi))) +
+                    " operands, got " + std::to_string(n.inputs.size()));
+  }
   for (int i : n.inputs) {
     if (i < 0 || i >= static_cast<int>(g.nodes.size())) {
       return fail(g, n, "operand %" + std::to_string(i) + " is not an earlier value");

@@ -51,10 +51,15 @@ bool self_overlaps(const TensorArg& t) {
   return false;
 }
 
+bool same_view(const TensorArg& a, const TensorArg& b) {
+  return a.data == b.data && a.offset == b.offset && a.dtype == b.dtype && a.shape == b.shape &&
+         strides_of(a) == strides_of(b);
+}
+
 }  // namespace
 
 Status check_no_overlap(const std::string& name, std::span<const TensorArg> inputs,
-                        std::span<const TensorArg> outputs) {
+                        std::span<const TensorArg> outputs, bool allow_in_place) {
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (self_overlaps(outputs[k])) {
       return invalid_argument(name + ": output " + std::to_string(k) +
@@ -68,6 +73,7 @@ Status check_no_overlap(const std::string& name, std::span<const TensorArg> inpu
       return lo < ohi && olo < hi;
     };
     for (size_t i = 0; i < inputs.size(); ++i) {
+      if (allow_in_place && same_view(inputs[i], outputs[k])) continue;
       if (overlaps(inputs[i])) {
         return invalid_argument(name + ": output " + std::to_string(k) +
                                 " overlaps the memory of input " + std::to_string(i) +

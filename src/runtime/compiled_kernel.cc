@@ -1,7 +1,10 @@
 // CompiledKernel: the per-call path. A call whose arguments have the shapes, strides and
 // offsets of an earlier call reuses that call's programs and only binds the new addresses
 // (relocation); anything else binds symbols, infers shapes, encodes and verifies.
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -61,6 +64,9 @@ struct CompiledKernel::Impl {
   Kernel kernel;
   CompileOptions options;
   int threads = 1;
+  // One output and elementwise ops only: every input of the output's shape is read at the
+  // position being written, before it is written, so that output may be the input's view.
+  bool in_place_ok = false;
   mutable std::mutex mu;
   mutable std::unordered_map<Key, std::shared_ptr<const enc::EncodedKernel>, KeyHash> cache;
 
@@ -83,6 +89,14 @@ StatusOr<std::shared_ptr<CompiledKernel>> CompiledKernel::create(const Kernel& k
   int t = options.num_threads > 0 ? options.num_threads : base::hardware_threads();
   if (base::env().num_threads > 0) t = std::min(t, base::env().num_threads);
   ck->impl_->threads = std::max(1, t);
+  const ir::KernelDef& def = kernel.def();
+  ck->impl_->in_place_ok = def.outputs.size() == 1 &&
+                           std::all_of(def.nodes.begin(), def.nodes.end(), [](const ir::Node& n) {
+                             return n.kind == ir::OpKind::kLoad || n.kind == ir::OpKind::kParam ||
+                                    n.kind == ir::OpKind::kConst || n.kind == ir::OpKind::kUnary ||
+                                    n.kind == ir::OpKind::kBinary ||
+                                    n.kind == ir::OpKind::kSelect || n.kind == ir::OpKind::kCast;
+                           });
   return ck;
 }
 
@@ -96,6 +110,22 @@ size_t CompiledKernel::cached_programs() const {
 }
 
 // Checks that need no shape inference: counts, dtypes, null pointers, params.
+// An integer param holds exactly an integer of its dtype's range: a float given for it must
+// be integral and in range (NaN, inf or 2**40 for an i32 used to become 0 silently).
+static Status check_param(const std::string& kernel, const std::string& name, DType dtype,
+                          const ScalarArg& p) {
+  if (is_float(dtype)) return Status::ok();
+  const int64_t lo = dtype == DType::kI32 ? INT32_MIN : (dtype == DType::kBool ? 0 : INT64_MIN);
+  const int64_t hi = dtype == DType::kI32 ? INT32_MAX : (dtype == DType::kBool ? 1 : INT64_MAX);
+  bool ok = p.integral ? (p.i >= lo && p.i <= hi)
+                       : (std::isfinite(p.f) && std::trunc(p.f) == p.f && p.f >= double(lo) &&
+                          p.f <= double(hi) && p.f > -9.2e18 && p.f < 9.2e18);
+  if (ok) return Status::ok();
+  std::string value = p.integral ? std::to_string(p.i) : std::to_string(p.f);
+  return invalid_argument(kernel + ": param '" + name + "' (" + std::string(dtype_name(dtype)) +
+                          ") cannot hold " + value);
+}
+
 Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
                                         std::span<const TensorArg> outputs,
                                         std::span<const ScalarArg> params) const {
@@ -113,6 +143,9 @@ Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
       return invalid_argument(def.name + ": input '" + def.input_names[i] + "' has dtype " +
                               std::string(dtype_name(inputs[i].dtype)) + ", expected " +
                               std::string(dtype_name(def.nodes[def.input_nodes[i]].dtype)));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    DVM_RETURN_IF_ERROR(check_param(def.name, def.param_names[i], def.param_dtypes[i], params[i]));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i].dtype != def.nodes[def.outputs[i].node].dtype)
@@ -162,7 +195,8 @@ Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
                                std::span<const TensorArg> outputs,
                                std::span<const ScalarArg> params, RunStats* stats) const {
   DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
-  DVM_RETURN_IF_ERROR(runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs));
+  DVM_RETURN_IF_ERROR(
+      runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs, impl_->in_place_ok));
   if (stats) *stats = RunStats{};
   return impl_->lookup(inputs, outputs, params, stats).status();
 }
@@ -170,7 +204,8 @@ Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
 Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                            std::span<const ScalarArg> params, RunStats* stats) const {
   DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
-  DVM_RETURN_IF_ERROR(runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs));
+  DVM_RETURN_IF_ERROR(
+      runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs, impl_->in_place_ok));
   if (stats) *stats = RunStats{};
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
                        impl_->lookup(inputs, outputs, params, stats));
