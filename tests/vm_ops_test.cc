@@ -52,18 +52,29 @@ std::string dt(DType t) {
 // ---- tolerances ------------------------------------------------------------------------
 
 enum class Tol {
-  kExact,  // integer results, comparisons, data movement, rounding ops
+  kExact,  // integer results, comparisons, data movement, rounding ops, max/min
   kArith,  // + - * / sqrt ...: ~1e-6 relative
   kTrans,  // transcendentals: a few ulp
-  kReduce  // reductions: summation order differs
+  kReduce  // reductions and what depends on them: scaled to the data (see below)
 };
 
-Tolerance tolerance(Tol c, DType out) {
+// The reference accumulates in double, so the VM's error is its own f32 rounding. For a value
+// that depends on n summed terms that error is about eps * sqrt(n) relative to the terms'
+// scale (random rounding; pairwise or blocked sums do better than the n * eps worst case), so
+// reductions are compared with abs = rel = 8 * eps * sqrt(n), abs taken relative to the
+// largest reference output: an all-zero softmax over 4096 columns, a mean off by 1.5% or a
+// sum that dropped one block of a row fail. f16/bf16 outputs add their rounding.
+Tolerance tolerance(Tol c, DType out, int64_t n = 1, double out_scale = 1) {
   if (c == Tol::kExact || !is_float(out)) return Tolerance{0, 0};
-  double abs = c == Tol::kReduce ? 2e-3 : c == Tol::kTrans ? 1e-6 : 0;
-  if (out == DType::kF16) return Tolerance{abs + 1e-5, 1e-3};
-  if (out == DType::kBF16) return Tolerance{abs + 1e-6, 1e-2};
-  double rel = c == Tol::kReduce ? 1e-4 : c == Tol::kTrans ? 2e-6 : 1e-6;
+  double abs = 0, rel = c == Tol::kTrans ? 2e-6 : 1e-6;
+  if (c == Tol::kTrans) abs = 1e-6;
+  if (c == Tol::kReduce) {
+    double g = 8 * 1.2e-7 * std::sqrt(static_cast<double>(std::max<int64_t>(n, 1)));
+    abs = g * out_scale + 1e-30;
+    rel = std::max(rel, g);
+  }
+  if (out == DType::kF16) return Tolerance{abs + 1e-5 * std::max(out_scale, 1e-3), rel + 1e-3};
+  if (out == DType::kBF16) return Tolerance{abs + 1e-6 * std::max(out_scale, 1e-3), rel + 1e-2};
   return Tolerance{abs, rel};
 }
 
@@ -153,65 +164,6 @@ void make_positive(Buffer& b) {
   }
 }
 
-enum class Out { kContig, kTransposed, kStrided, kOffset };
-
-constexpr unsigned char kSentinel = 0x7B;
-
-// An output buffer with the given view layout, its whole storage filled with kSentinel bytes.
-Buffer make_out(DType t, const std::vector<int64_t>& shape, Out layout) {
-  Buffer b;
-  b.dtype = t;
-  int r = static_cast<int>(shape.size());
-  std::vector<int64_t> st(r);
-  int64_t off = 0, s = 1;
-  for (int i = r - 1; i >= 0; --i) {
-    st[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
-  }
-  bool custom = false;
-  switch (layout) {
-    case Out::kContig:
-      break;
-    case Out::kTransposed:
-      if (r >= 2) {
-        custom = true;
-        s = 1;
-        st[r - 2] = s;
-        s *= std::max<int64_t>(shape[r - 2], 1);
-        st[r - 1] = s;
-        s *= std::max<int64_t>(shape[r - 1], 1);
-        for (int i = r - 3; i >= 0; --i) {
-          st[i] = s;
-          s *= std::max<int64_t>(shape[i], 1);
-        }
-      }
-      break;
-    case Out::kStrided:
-      custom = true;
-      off = 5;
-      if (r > 0) st[r - 1] = 2;
-      for (int i = r - 2; i >= 0; --i) st[i] = st[i + 1] * std::max<int64_t>(shape[i + 1], 1) + 3;
-      break;
-    case Out::kOffset:
-      off = 11;
-      break;
-  }
-  int64_t hi = off, n = 1;
-  for (int i = 0; i < r; ++i) {
-    n *= shape[i];
-    if (shape[i] > 0) hi += (shape[i] - 1) * st[i];
-  }
-  int64_t storage = (n == 0 ? off : hi + 1) + 7;
-  b.bytes.assign(static_cast<size_t>(storage * dtype_size(t)), static_cast<char>(kSentinel));
-  b.arg.data = b.bytes.data();
-  b.arg.dtype = t;
-  b.arg.shape = shape;
-  if (custom) b.arg.strides = st;
-  b.arg.offset = off;
-  b.arg.storage_elems = storage;
-  return b;
-}
-
 bool all_sentinel(const Buffer& b) {
   return std::all_of(b.bytes.begin(), b.bytes.end(),
                      [](char c) { return static_cast<unsigned char>(c) == kSentinel; });
@@ -223,28 +175,11 @@ std::vector<TensorArg> args_of(const std::vector<Buffer>& bs) {
   return r;
 }
 
-// Compares two identically laid out buffers over their whole storage.
-int compare_storage(const Buffer& vm, const Buffer& ref, Tolerance tol, const std::string& what,
-                    const std::string& context) {
-  EXPECT_EQ(vm.bytes.size(), ref.bytes.size());
-  if (vm.bytes.size() != ref.bytes.size()) return 1;
-  int64_t n = static_cast<int64_t>(vm.bytes.size()) / dtype_size(vm.dtype);
-  int bad = 0;
-  for (int64_t i = 0; i < n && bad < 5; ++i) {
-    double a = element(vm, i), r = element(ref, i);
-    bool same = (std::isnan(a) && std::isnan(r)) || a == r ||
-                std::abs(a - r) <= tol.abs + tol.rel * std::abs(r);
-    if (!same) {
-      ++bad;
-      ADD_FAILURE() << what << " storage element " << i << " (view offset " << vm.arg.offset
-                    << "): vm " << a << " vs reference " << r << (bad == 1 ? context : "");
-    }
-  }
-  return bad;
-}
-
 struct CheckArgs {
   Tol tol = Tol::kExact;
+  // kReduce: terms per output element (default: the first input's elements per element of
+  // the output).
+  int64_t n = 0;
   std::vector<ScalarArg> params;
   std::vector<Out> outs;               // layout per output (default contiguous)
   const CompiledKernel* ck = nullptr;  // reuse a compiled kernel (default: create one)
@@ -253,38 +188,70 @@ struct CheckArgs {
 };
 
 // Runs `kernel` on the VM and on the reference with the same inputs and compares outputs.
+// Without a.ck the VM runs at 1, 2 and 7 threads (different tilings and block counts): each
+// run must match the reference and all must be bitwise equal.
 void check(const Kernel& kernel, const std::vector<Buffer>& inputs, const CheckArgs& a = {}) {
   std::vector<TensorArg> in = args_of(inputs);
-  std::shared_ptr<CompiledKernel> owned;
-  const CompiledKernel* ck = a.ck;
-  if (!ck) {
-    auto c = CompiledKernel::create(kernel);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    owned = *c;
-    ck = owned.get();
+  std::vector<std::shared_ptr<CompiledKernel>> owned;
+  std::vector<const CompiledKernel*> cks;
+  if (a.ck) {
+    cks.push_back(a.ck);
+  } else {
+    for (int threads : {1, 2, 7}) {
+      CompileOptions opt;
+      opt.num_threads = threads;
+      auto c = CompiledKernel::create(kernel, opt);
+      ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+      owned.push_back(*c);
+      cks.push_back(owned.back().get());
+    }
   }
-  auto shapes = ck->infer_output_shapes(in);
+  auto shapes = cks[0]->infer_output_shapes(in);
   ASSERT_TRUE(shapes.is_ok()) << shapes.status().to_string() << "\n" << kernel.to_string();
-  std::vector<Buffer> vm_out, ref_out;
-  for (int k = 0; k < kernel.num_outputs(); ++k) {
-    DType t = dtype_of_output(kernel, k);
-    Out l = k < static_cast<int>(a.outs.size()) ? a.outs[k] : Out::kContig;
-    vm_out.push_back(make_out(t, (*shapes)[k], l));
-    ref_out.push_back(make_out(t, (*shapes)[k], l));
-  }
-  std::vector<TensorArg> vo = args_of(vm_out), ro = args_of(ref_out);
+  std::vector<Buffer> ref_out;
+  auto fresh_outputs = [&] {
+    std::vector<Buffer> outs;
+    for (int k = 0; k < kernel.num_outputs(); ++k) {
+      Out l = k < static_cast<int>(a.outs.size()) ? a.outs[k] : Out::kContig;
+      outs.push_back(make_out(dtype_of_output(kernel, k), (*shapes)[k], l));
+    }
+    return outs;
+  };
+  ref_out = fresh_outputs();
+  std::vector<TensorArg> ro = args_of(ref_out);
   Status rs = run_reference(kernel, in, ro, a.params);
   ASSERT_TRUE(rs.is_ok()) << rs.to_string() << "\n" << kernel.to_string();
-  Status vs = ck->run(in, vo, a.params, a.stats);
-  ASSERT_TRUE(vs.is_ok()) << a.what << ": " << vs.to_string() << "\n" << kernel.to_string();
-  for (int k = 0; k < kernel.num_outputs(); ++k) {
-    int bad = compare_storage(vm_out[k], ref_out[k], tolerance(a.tol, dtype_of_output(kernel, k)),
-                              a.what + " output " + std::to_string(k), "");
-    if (bad) {
-      auto dis = ck->disassemble(in, vo);
-      ADD_FAILURE() << kernel.to_string() << (dis.is_ok() ? dis->substr(0, 8000) : "");
-      break;
+  std::vector<std::vector<Buffer>> runs;
+  for (size_t c = 0; c < cks.size(); ++c) {
+    const CompiledKernel* ck = cks[c];
+    std::vector<Buffer> vm_out = fresh_outputs();
+    std::vector<TensorArg> vo = args_of(vm_out);
+    Status vs = ck->run(in, vo, a.params, c == 0 ? a.stats : nullptr);
+    ASSERT_TRUE(vs.is_ok()) << a.what << ": " << vs.to_string() << "\n" << kernel.to_string();
+    std::string run_name = a.what + (cks.size() > 1 ? " [" +
+                                                          std::to_string(c == 0   ? 1
+                                                                         : c == 1 ? 2
+                                                                                  : 7) +
+                                                          " threads]"
+                                                    : "");
+    for (int k = 0; k < kernel.num_outputs(); ++k) {
+      int64_t n = a.n;
+      if (n == 0 && !in.empty()) n = in[0].numel() / std::max<int64_t>(vo[k].numel(), 1);
+      Tolerance tol = tolerance(a.tol, dtype_of_output(kernel, k), n, max_abs(ref_out[k]));
+      int bad = compare_storage(vm_out[k], ref_out[k], tol,
+                                run_name + " output " + std::to_string(k), "");
+      if (bad) {
+        auto dis = ck->disassemble(in, vo);
+        ADD_FAILURE() << kernel.to_string() << (dis.is_ok() ? dis->substr(0, 8000) : "");
+        return;
+      }
+      if (!runs.empty() && vm_out[k].bytes != runs[0][k].bytes) {
+        ADD_FAILURE() << run_name << " output " << k << " differs bitwise from the 1-thread run\n"
+                      << kernel.to_string();
+        return;
+      }
     }
+    runs.push_back(std::move(vm_out));
   }
 }
 
@@ -809,6 +776,18 @@ void PrintTo(const ReduceCase& c, std::ostream* os) {
       << (c.keepdims ? " keepdims" : "");
 }
 
+// Float reduction inputs away from the easy cases: sums and means of data with a non-zero
+// mean (U[0, 2]: a dropped or doubled share moves the result), products of near-1 data
+// (U[-2, 2] products over >= 1029 elements are exactly 0 and cannot fail).
+void shift_for(ReduceOp op, Buffer& b) {
+  if (!is_float(b.dtype)) return;
+  int64_t n = b.arg.storage_elems;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = element(b, i);
+    set_float(b, i, op == ReduceOp::kProd ? 1 + v * 5e-4 : v * 0.5 + 1);
+  }
+}
+
 class VmReduce : public ::testing::TestWithParam<ReduceCase> {};
 
 TEST_P(VmReduce, MatchesReference) {
@@ -836,8 +815,10 @@ TEST_P(VmReduce, MatchesReference) {
     EXPECT_NE(shapes.status().message().find("empty"), std::string::npos);
     return;
   }
-  check(k, {make_buffer(c.dtype, c.shape.shape, rng, c.shape.transposed, c.shape.offset)},
-        {.tol = Tol::kReduce});
+  Buffer in = make_buffer(c.dtype, c.shape.shape, rng, c.shape.transposed, c.shape.offset);
+  shift_for(c.op, in);
+  bool order = c.op == ReduceOp::kMax || c.op == ReduceOp::kMin;
+  check(k, {in}, {.tol = order ? Tol::kExact : Tol::kReduce});
 }
 
 std::vector<ReduceCase> reduce_cases() {
@@ -870,10 +851,15 @@ TEST_P(VmReduce1D, AllOps) {
   KernelBuilder kb("reduce1d");
   Dim N = kb.symbol("N");
   Value x = kb.load("x", t, {N});
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin,
-                      ReduceOp::kProd, ReduceOp::kArgMax, ReduceOp::kArgMin})
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kProd})
     kb.store(reduce_op_name(op), kb.reduce(op, x, {0}));
   BUILD(kb, k);
+  KernelBuilder ko("reduce1d_order");  // exact: no rounding in max/min
+  Dim No = ko.symbol("N");
+  Value xo = ko.load("x", t, {No});
+  for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kArgMax, ReduceOp::kArgMin})
+    ko.store(reduce_op_name(op), ko.reduce(op, xo, {0}));
+  BUILD(ko, korder);
   std::mt19937 rng(32);
   if (n == 0) {
     // max/min/argmax/argmin of an empty axis have no answer; the reductions with an identity
@@ -887,7 +873,10 @@ TEST_P(VmReduce1D, AllOps) {
     check(k0, {make_buffer(t, {0}, rng)}, {.tol = Tol::kReduce});
     return;
   }
-  check(k, {make_buffer(t, {n}, rng, false, 3)}, {.tol = Tol::kReduce});
+  Buffer in = make_buffer(t, {n}, rng, false, 3);
+  check(korder, {in});
+  shift_for(ReduceOp::kProd, in);  // near 1: the product stays finite, the sum is ~n
+  check(k, {in}, {.tol = Tol::kReduce});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -1021,7 +1010,7 @@ TEST_P(VmNorm, MatchesReference) {
   check(k,
         {make_buffer(c.dtype, {c.rows, c.len}, rng, c.transposed, c.transposed ? 5 : 0),
          make_buffer(c.dtype, {c.len}, rng)},
-        {.tol = Tol::kReduce});
+        {.tol = Tol::kReduce, .n = c.norm == Norm::kSoftmaxAxis0 ? c.rows : c.len});
 }
 
 std::vector<NormCase> norm_cases() {
@@ -1117,9 +1106,10 @@ TEST(VmMultiOutput, ReductionAndElementwise) {
   std::mt19937 rng(62);
   for (auto [r, h] :
        std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 17}, {5, 1031}, {2, 20001}}) {
-    check(k, {make_buffer(DType::kF32, {r, h}, rng)}, {.tol = Tol::kReduce});
+    check(k, {make_buffer(DType::kF32, {r, h}, rng)}, {.tol = Tol::kReduce, .n = std::max(r, h)});
     check(k, {make_buffer(DType::kF32, {r, h}, rng, true, 3)},
           {.tol = Tol::kReduce,
+           .n = std::max(r, h),
            .outs = {Out::kStrided, Out::kTransposed, Out::kOffset, Out::kStrided},
            .what = "views"});
   }
@@ -1157,6 +1147,7 @@ TEST(VmCache, ThirtyBindingsRandomOrder) {
           {make_buffer(DType::kF32, {var.s, var.h}, rng, var.transposed, var.offset),
            make_buffer(DType::kF32, {var.h}, rng)},
           {.tol = Tol::kReduce,
+           .n = var.h,
            .ck = ck->get(),
            .stats = &st,
            .what = "iteration " + std::to_string(it) + " variant " + std::to_string(v)});
@@ -1322,8 +1313,11 @@ TEST(VmConcurrency, FourThreadsDifferentShapes) {
       ASSERT_TRUE(jobs[j].st[i].is_ok()) << jobs[j].st[i].to_string();
       std::string what = "job " + std::to_string(j) + " iteration " + std::to_string(i);
       for (int o = 0; o < 2; ++o)
-        compare_storage(jobs[j].out[i][o], jobs[j].ref[o], tolerance(Tol::kReduce, DType::kF32),
-                        what + " output " + std::to_string(o), "");
+        compare_storage(
+            jobs[j].out[i][o], jobs[j].ref[o],
+            tolerance(Tol::kReduce, DType::kF32, std::max(shapes[j].first, shapes[j].second),
+                      max_abs(jobs[j].ref[o])),
+            what + " output " + std::to_string(o), "");
     }
   }
 }

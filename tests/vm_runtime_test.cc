@@ -141,6 +141,12 @@ TEST(Runtime, ErrorsLeaveOutputsUntouched) {
 namespace dvm::testing {
 namespace {
 
+// Reductions with few outputs over many elements are split across blocks (partials, then a
+// combine). Extents are chosen so that the trips do not divide evenly into the parts; sums
+// and means run over data with a non-zero mean (a dropped or doubled share moves them far
+// beyond the tolerance, which scales with sqrt(n)); max/min must be exact, with a spike
+// planted at the first, the last and a share-boundary position in turn (max/min of random
+// data rarely notice dropped elements); products run over near-1 data.
 TEST(Runtime, ReductionsSplitAcrossBlocks) {
   std::mt19937 rng(7);
   struct Case {
@@ -148,22 +154,37 @@ TEST(Runtime, ReductionsSplitAcrossBlocks) {
     std::vector<int> axes;
     ReduceOp op;
   };
-  for (const Case& c : std::vector<Case>{{{1 << 20}, {0}, ReduceOp::kSum},
-                                         {{4, 300000}, {1}, ReduceOp::kMean},
-                                         {{300000, 3}, {0}, ReduceOp::kMax},
-                                         {{700, 3, 500}, {0, 2}, ReduceOp::kMin},
-                                         {{1 << 18}, {0}, ReduceOp::kProd}}) {
+  for (const Case& c : std::vector<Case>{{{(1 << 20) + 37}, {0}, ReduceOp::kSum},
+                                         {{4, 300007}, {1}, ReduceOp::kMean},
+                                         {{300011, 3}, {0}, ReduceOp::kMax},
+                                         {{701, 3, 503}, {0, 2}, ReduceOp::kMin},
+                                         {{(1 << 18) + 5}, {0}, ReduceOp::kProd},
+                                         {{3, 177777}, {1}, ReduceOp::kSum}}) {
     KernelBuilder kb("split");
     std::vector<Dim> dims(c.shape.begin(), c.shape.end());
     Value x = kb.load("x", DType::kF32, dims);
-    if (c.op == ReduceOp::kProd)
-      x = kb.binary(BinaryOp::kAdd, kb.binary(BinaryOp::kMul, x, 1e-4), 1.0);
-    kb.store("y", kb.unary(UnaryOp::kAbs, kb.reduce(c.op, x, c.axes)));
+    kb.store("y", kb.reduce(c.op, x, c.axes));
     Kernel k = kb.build().value();
     Buffer in = make_buffer(DType::kF32, c.shape, rng);
-    // A long f32 product accumulates rounding (the reference multiplies in double).
-    double rel = c.op == ReduceOp::kProd ? 5e-3 : 1e-4;
-    expect_matches_reference(k, {in}, Tolerance{1e-3, rel});
+    int64_t n = in.arg.numel(), reduced = 1;
+    for (int a : c.axes) reduced *= c.shape[a];
+    auto* v = reinterpret_cast<float*>(in.bytes.data());
+    for (int64_t i = 0; i < n; ++i) v[i] = c.op == ReduceOp::kProd ? 1 + v[i] * 1e-4f : v[i] + 1.5f;
+    const double g = 8 * 1.2e-7 * std::sqrt(static_cast<double>(reduced));
+    const bool order = c.op == ReduceOp::kMax || c.op == ReduceOp::kMin;
+    Tolerance tol = order                    ? Tolerance{0, 0}
+                    : c.op == ReduceOp::kSum ? Tolerance{g * 3.5 * reduced, 0}
+                                             : Tolerance{g * 3.5, g};
+    if (order) {
+      for (int64_t at : {int64_t{0}, n - 1, n / 16 * 5 + 1, n / 16 * 5 - 1}) {
+        float keep = v[at];
+        v[at] = c.op == ReduceOp::kMax ? 100.0f : -100.0f;
+        expect_matches_reference(k, {in}, tol, {}, "spike at " + std::to_string(at));
+        v[at] = keep;
+      }
+    } else {
+      expect_matches_reference(k, {in}, tol);
+    }
     auto ck = CompiledKernel::create(k).value();
     auto shapes = ck->infer_output_shapes({&in.arg, 1}).value();
     Buffer out = make_buffer(DType::kF32, shapes[0], rng);
@@ -251,6 +272,41 @@ TEST(Runtime, ElementwiseChainsMatchReference) {
   auto text = ck->disassemble(ins, {&y1.arg, 1});
   ASSERT_TRUE(text.is_ok());
   EXPECT_NE(text->find("chain.f32"), std::string::npos) << *text;
+}
+
+// A chain whose tiles are wider than one strip (few registers: 4096-column tiles, strips of
+// 1024): every strip after the first must address its own columns of the in-place operands
+// (x read directly, a transposed view, a broadcast row). The disassembly proves the path: a
+// chain instruction over a tile of more than 1024 columns, in several blocks.
+TEST(Runtime, ChainWithSeveralStripsPerTile) {
+  std::mt19937 rng(13);
+  KernelBuilder kb("wide_chain");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value x = kb.load("x", DType::kF32, {R, C});
+  Value w = kb.load("w", DType::kF32, {C});
+  Value t = kb.unary(UnaryOp::kTanh, kb.binary(BinaryOp::kMul, x, 0.5));
+  kb.store("y", kb.unary(UnaryOp::kExp, kb.binary(BinaryOp::kMul, kb.add(t, w), x)));
+  Kernel k = kb.build().value();
+  for (auto [rows, cols, transposed] :
+       {std::tuple<int64_t, int64_t, bool>{4, 5003, false}, {1, 100003, false}, {3, 4099, true}}) {
+    std::vector<Buffer> in = {make_buffer(DType::kF32, {rows, cols}, rng, transposed),
+                              make_buffer(DType::kF32, {cols}, rng)};
+    for (int threads : {1, 2}) {
+      CompileOptions opt;
+      opt.num_threads = threads;
+      auto ck = CompiledKernel::create(k, opt).value();
+      std::vector<TensorArg> args = {in[0].arg, in[1].arg};
+      Buffer y = make_buffer(DType::kF32, {rows, cols}, rng);
+      auto text = ck->disassemble(args, {&y.arg, 1});
+      ASSERT_TRUE(text.is_ok());
+      if (!transposed) {
+        EXPECT_NE(text->find("chain.f32"), std::string::npos) << *text;
+        EXPECT_NE(text->find("chunk 4096"), std::string::npos) << *text;
+      }
+    }
+    expect_matches_reference(k, in, Tolerance{2e-6, 4e-6}, {},
+                             std::to_string(rows) + "x" + std::to_string(cols));
+  }
 }
 
 // An expression thousands of ops deep (y = y * 0.5 + 0.5, 6,000 times) overflowed the

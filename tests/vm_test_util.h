@@ -167,4 +167,108 @@ inline void expect_matches_reference(const Kernel& kernel, const std::vector<Buf
   }
 }
 
+// ---- output views and whole-storage comparison (shared by the op and random tests) ----
+
+enum class Out { kContig, kTransposed, kStrided, kOffset };
+
+inline constexpr unsigned char kSentinel = 0x7B;
+
+// An output buffer with the given view layout, its whole storage filled with kSentinel bytes.
+inline Buffer make_out(DType t, const std::vector<int64_t>& shape, Out layout) {
+  Buffer b;
+  b.dtype = t;
+  int r = static_cast<int>(shape.size());
+  std::vector<int64_t> st(r);
+  int64_t off = 0, s = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  bool custom = false;
+  switch (layout) {
+    case Out::kContig:
+      break;
+    case Out::kTransposed:
+      if (r >= 2) {
+        custom = true;
+        s = 1;
+        st[r - 2] = s;
+        s *= std::max<int64_t>(shape[r - 2], 1);
+        st[r - 1] = s;
+        s *= std::max<int64_t>(shape[r - 1], 1);
+        for (int i = r - 3; i >= 0; --i) {
+          st[i] = s;
+          s *= std::max<int64_t>(shape[i], 1);
+        }
+      }
+      break;
+    case Out::kStrided:
+      custom = true;
+      off = 5;
+      if (r > 0) st[r - 1] = 2;
+      for (int i = r - 2; i >= 0; --i) st[i] = st[i + 1] * std::max<int64_t>(shape[i + 1], 1) + 3;
+      break;
+    case Out::kOffset:
+      off = 11;
+      break;
+  }
+  int64_t hi = off, n = 1;
+  for (int i = 0; i < r; ++i) {
+    n *= shape[i];
+    if (shape[i] > 0) hi += (shape[i] - 1) * st[i];
+  }
+  int64_t storage = (n == 0 ? off : hi + 1) + 7;
+  b.bytes.assign(static_cast<size_t>(storage * dtype_size(t)), static_cast<char>(kSentinel));
+  b.arg.data = b.bytes.data();
+  b.arg.dtype = t;
+  b.arg.shape = shape;
+  if (custom) b.arg.strides = st;
+  b.arg.offset = off;
+  b.arg.storage_elems = storage;
+  return b;
+}
+
+// Largest finite |element| of a buffer's view (the scale its tolerance is relative to; the
+// storage around a strided view holds sentinels).
+inline double max_abs(const Buffer& b) {
+  const TensorArg& t = b.arg;
+  int r = static_cast<int>(t.shape.size());
+  std::vector<int64_t> st = t.strides;
+  if (st.empty()) {
+    st.assign(r, 1);
+    for (int i = r - 2; i >= 0; --i) st[i] = st[i + 1] * t.shape[i + 1];
+  }
+  double m = 0;
+  std::vector<int64_t> idx(r, 0);
+  if (t.numel() == 0) return 0;
+  for (int64_t e = 0; e < t.numel(); ++e) {
+    int64_t off = t.offset;
+    for (int i = 0; i < r; ++i) off += idx[i] * st[i];
+    double v = std::abs(element(b, off));
+    if (std::isfinite(v)) m = std::max(m, v);
+    for (int i = r - 1; i >= 0 && ++idx[i] == t.shape[i]; --i) idx[i] = 0;
+  }
+  return m;
+}
+
+// Compares two identically laid out buffers over their whole storage.
+inline int compare_storage(const Buffer& vm, const Buffer& ref, Tolerance tol,
+                           const std::string& what, const std::string& context) {
+  EXPECT_EQ(vm.bytes.size(), ref.bytes.size());
+  if (vm.bytes.size() != ref.bytes.size()) return 1;
+  int64_t n = static_cast<int64_t>(vm.bytes.size()) / dtype_size(vm.dtype);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    double a = element(vm, i), r = element(ref, i);
+    bool same = (std::isnan(a) && std::isnan(r)) || a == r ||
+                std::abs(a - r) <= tol.abs + tol.rel * std::abs(r);
+    if (!same) {
+      ++bad;
+      ADD_FAILURE() << what << " storage element " << i << " (view offset " << vm.arg.offset
+                    << "): vm " << a << " vs reference " << r << (bad == 1 ? context : "");
+    }
+  }
+  return bad;
+}
+
 }  // namespace dvm::testing
