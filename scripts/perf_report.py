@@ -1,0 +1,686 @@
+#!/usr/bin/env python3
+"""Writes docs/performance.md from the benchmarks' JSON in bench_results/.
+
+    python3 scripts/perf_report.py [--results bench_results] [--out docs/performance.md]
+
+Reads, when present (standard library only, nothing is run):
+- Google Benchmark JSON from bench/run_benchmarks.sh: encode_bench, vm_bench, matmul_bench,
+  gemm_bench, graph_bench (bench_results/<name>.json), with bench_results/machine.txt (CPU
+  model, cores, SIMD, commit, load before the run);
+- the Python harnesses' JSON: python/bench/matmul_bench.py (bench_results/matmul_bench.json,
+  the same name as the C++ matmul_bench's: the format tells them apart), torch_bench.py,
+  lazy_bench.py, weights_bench.py.
+
+For each benchmark found it writes the machine and conditions recorded with it, the date and
+commit (where the harness records them; otherwise the file's time and "not recorded"), and
+tables of the figures with ratios against the baseline measured in the same run. A missing
+file gets one line saying how to produce it.
+
+Everything in the output file after the KEEP_MARKER line is kept as it is (figures carried
+over from earlier runs that no harness regenerates).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEEP_MARKER = ("<!-- perf_report.py: everything below this line is kept as it is when the file "
+               "is regenerated -->")
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt(v, digits=2):
+    """A number with `digits` decimals; '-' for missing values."""
+    if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
+        return "-"
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.{digits}f}"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def geomean(values):
+    vs = [v for v in values if v is not None and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vs)) if vs else None
+
+
+def table(headers, rows, numeric_from=1):
+    """A Markdown table; columns from `numeric_from` on are right-aligned."""
+    out = ["| " + " | ".join(headers) + " |",
+           "|" + "|".join("---" if i < numeric_from else "---:" for i in range(len(headers))) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(str(c) for c in r) + " |")
+    return out
+
+
+def elems(n):
+    for unit, size in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def load_text(v):
+    if isinstance(v, (list, tuple)):
+        return " / ".join(f"{x:.2f}" for x in v)
+    return str(v)
+
+
+def file_time(path):
+    t = datetime.datetime.fromtimestamp(os.path.getmtime(path))
+    return t.strftime("%Y-%m-%d %H:%M") + " (file time; the harness records no date)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+UNREADABLE = object()  # a file that exists but holds no valid JSON
+
+
+def read_json(path):
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return UNREADABLE
+
+
+def is_gbench(data):
+    return isinstance(data, dict) and "benchmarks" in data and "context" in data
+
+
+def read_machine_txt(results):
+    """bench_results/machine.txt as a dict (first line: the CPU model), or None."""
+    path = os.path.join(results, "machine.txt")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        lines = [l.rstrip("\n") for l in f if l.strip()]
+    info = {"path": path, "mtime": os.path.getmtime(path)}
+    for i, line in enumerate(lines):
+        key, sep, val = line.partition(":")
+        if i == 0 and not (sep and key in ("cores", "simd", "commit", "load before run")):
+            info["cpu"] = line.strip()
+        elif sep:
+            info[key.strip()] = val.strip()
+    return info
+
+
+_DROP = re.compile(r"^(real_time|manual_time|process_time|(min_time|min_warmup_time|iterations|"
+                   r"repeats|threads):.*)$")
+
+
+def run_key(b):
+    name = b.get("run_name") or b.get("name", "")
+    return "/".join(p for p in name.split("/") if not _DROP.match(p))
+
+
+def to_us(b, field="real_time"):
+    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1e-3)
+    v = b.get(field)
+    return None if v is None else v * scale
+
+
+class GBench:
+    """One Google Benchmark JSON file: the median of every benchmark (the median aggregate when
+    repetitions were run, else the iteration run with the median time)."""
+
+    def __init__(self, path, data, machine):
+        self.path, self.context = path, data.get("context", {})
+        medians, runs = {}, {}
+        for b in data.get("benchmarks", []):
+            key = run_key(b)
+            if b.get("run_type") == "aggregate":
+                if b.get("aggregate_name") == "median":
+                    medians[key] = b
+            else:
+                runs.setdefault(key, []).append(b)
+        self.runs = dict(medians)
+        for key, bs in runs.items():
+            if key not in self.runs:
+                ok = sorted((b for b in bs if not b.get("error_occurred")),
+                            key=lambda b: b.get("real_time", 0))
+                self.runs[key] = ok[len(ok) // 2] if ok else bs[0]
+        self.reps = max([b.get("repetitions", 1) for b in data.get("benchmarks", [])] or [1])
+        # machine.txt is written before the run's benchmarks: it describes this file only if
+        # the file is not older than it.
+        self.machine = machine if machine and os.path.getmtime(path) >= machine["mtime"] else None
+
+    def get(self, key):
+        b = self.runs.get(key)
+        return None if b is None or b.get("error_occurred") else b
+
+    def errors(self):
+        return [(k, b.get("error_message", "")) for k, b in self.runs.items()
+                if b.get("error_occurred")]
+
+    def header(self):
+        c, m = self.context, self.machine or {}
+        cpu = m.get("cpu") or c.get("host_name", "?")
+        cores = m.get("cores") or c.get("num_cpus", "?")
+        parts = [f"CPU {cpu}", f"{cores} cores"]
+        if m.get("simd"):
+            parts.append(f"SIMD {m['simd']}")
+        if c.get("mhz_per_cpu"):
+            parts.append(f"{c['mhz_per_cpu']} MHz")
+        if c.get("bench_threads"):
+            parts.append(f"{c['bench_threads']} threads for the multi-threaded variants")
+        load = m.get("load before run")
+        if load:
+            parts.append(f"load average before the run {load}")
+        if c.get("load_avg"):
+            parts.append(f"load average at the start of this binary {load_text(c['load_avg'])}")
+        lines = ["- Machine: " + ", ".join(parts) + "."]
+        build = c.get("library_build_type")
+        lines.append(f"- Date: {c.get('date', '?')}. Commit: {m.get('commit', 'not recorded')}. "
+                     f"Medians of {self.reps} repetition(s)"
+                     + (f"; Google Benchmark library built as {build}." if build else "."))
+        if not self.machine:
+            lines.append("- No bench_results/machine.txt from the same run: the CPU model, SIMD "
+                         "and commit are unknown.")
+        return lines
+
+    def error_lines(self):
+        errs = self.errors()
+        if not errs:
+            return []
+        return ["", "Failed in this run: " + "; ".join(f"`{k}` ({msg})" for k, msg in errs) + "."]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections: C++ benchmarks (bench/run_benchmarks.sh)
+
+
+def section_encode(gb):
+    out = ["Encode: `encode/<kernel>` creates a fresh `CompiledKernel` per iteration, so each "
+           "first `run()` misses the cache; encode = `RunStats.encode_us` (median, p90, max over "
+           "iterations), first call = the whole missing call, cached = a second call for the "
+           "same shapes.", ""]
+    rows = []
+    for key in [k for k in gb.runs if k.startswith("encode/")]:
+        b = gb.get(key)
+        if b is None:
+            continue
+        rows.append([key[len("encode/"):], fmt(b.get("encode_us"), 1),
+                     fmt(b.get("encode_us_p90"), 1), fmt(b.get("encode_us_max"), 1),
+                     fmt(to_us(b), 1), fmt(b.get("hit_us"), 2)])
+    out += table(["kernel", "encode µs (median)", "p90 µs", "max µs", "first call µs",
+                  "cached call µs"], rows)
+    out += ["", "Cached calls of `y = tanh(x*0.5 + 0.25)` (ns per call): `run()` with default "
+            "threads, 1 thread (`_st`) and new buffers every call (`relocate`); `vm_only` launches "
+            "the same program on the VM directly (no runtime); `fused_loop` is a hand-written "
+            "loop (the compute floor). Overhead = run() − vm_only; × loop = run() / fused_loop.",
+            ""]
+    variants = ["dvm", "dvm_st", "dvm_relocate", "vm_only", "vm_only_st", "fused_loop"]
+    sizes = sorted({int(k.rsplit("/", 1)[1]) for k in gb.runs
+                    if k.startswith("call/") and k.rsplit("/", 1)[1].isdigit()})
+    rows = []
+    for n in sizes:
+        t = {}
+        for v in variants:
+            b = gb.get(f"call/tanh_affine/{v}/{n}")
+            t[v] = None if b is None else to_us(b) * 1e3
+        over = None if t["dvm"] is None or t["vm_only"] is None else t["dvm"] - t["vm_only"]
+        over_st = (None if t["dvm_st"] is None or t["vm_only_st"] is None
+                   else t["dvm_st"] - t["vm_only_st"])
+        rows.append([str(n)] + [fmt(t[v], 0) for v in variants]
+                    + [fmt(over, 0), fmt(over_st, 0), fmt(ratio(t["dvm"], t["fused_loop"]), 2)])
+    out += table(["elements"] + variants + ["overhead ns", "overhead ns (1 thread)", "× loop"],
+                 rows)
+    return out
+
+
+def section_vm(gb):
+    rows_by = {}
+    threads = gb.context.get("bench_threads")
+    for key, b in gb.runs.items():
+        parts = key.split("/")
+        if len(parts) != 4 or parts[0] != "vm" or not parts[3].isdigit():
+            continue
+        rows_by.setdefault((parts[1], int(parts[3])), {})[parts[2]] = b
+        if threads is None and parts[2].endswith("_mt") and "threads" in b:
+            threads = int(b["threads"])
+
+    def gbps(r, v):
+        b = r.get(v)
+        return None if b is None or b.get("error_occurred") else b.get("bytes_per_second", 0) / 1e9
+
+    out = [f"GB/s of x read + y written (the same nominal bytes for every variant, so ratios are "
+           f"time ratios; > 1: DVM faster). Baselines in the same binary: `fused` = one "
+           f"hand-fused Highway loop (`-O3 -march=native`), `op-by-op` = one pass over memory "
+           f"per meta-op (as an eager framework), `triad` = the STREAM triad's fused loop at the "
+           f"same size. mt = {threads or '?'} threads, 1t = one thread; max err = DVM against "
+           f"the fused loop.", ""]
+    order = []
+    for wl, _ in rows_by:
+        if wl not in order:
+            order.append(wl)
+    rows, at_1m = [], {"mt": [], "st": []}
+    for wl in order:
+        for n in sorted(n for (w, n) in rows_by if w == wl):
+            r = rows_by[(wl, n)]
+            g = {v: gbps(r, v) for v in
+                 ("dvm_mt", "fused_mt", "eager_mt", "dvm_st", "fused_st", "eager_st")}
+            triad = gbps(rows_by.get(("triad", n), {}), "fused_mt")
+            vf_mt, vf_st = ratio(g["dvm_mt"], g["fused_mt"]), ratio(g["dvm_st"], g["fused_st"])
+            if n >= (1 << 20) and wl != "triad":
+                at_1m["mt"].append(vf_mt)
+                at_1m["st"].append(vf_st)
+            err = (r.get("dvm_mt") or {}).get("max_err")
+            rows.append([wl, elems(n), fmt(g["dvm_mt"]), fmt(g["fused_mt"]), fmt(g["dvm_st"]),
+                         fmt(g["fused_st"]), fmt(vf_mt), fmt(vf_st),
+                         fmt(ratio(g["dvm_mt"], g["eager_mt"])),
+                         fmt(ratio(g["dvm_st"], g["eager_st"])),
+                         fmt(ratio(g["dvm_mt"], triad)),
+                         "-" if err is None else f"{err:.1e}"])
+    out += table(["workload", "elements", "DVM mt GB/s", "fused mt GB/s", "DVM 1t GB/s",
+                  "fused 1t GB/s", "VM/fused mt", "VM/fused 1t", "VM/op-by-op mt",
+                  "VM/op-by-op 1t", "VM/triad mt", "max err"], rows, numeric_from=2)
+    gm_mt, gm_st = geomean(at_1m["mt"]), geomean(at_1m["st"])
+    if gm_mt or gm_st:
+        low = {k: min((v for v in vs if v), default=None) for k, vs in at_1m.items()}
+        out += ["", f"VM/fused at ≥ 1M elements (workloads other than triad): geomean "
+                f"{fmt(gm_mt)} (mt), {fmt(gm_st)} (1t); lowest {fmt(low['mt'])} (mt), "
+                f"{fmt(low['st'])} (1t)."]
+    return out
+
+
+def gflops(b, counter):
+    if b is None:
+        return None
+    v = b.get(counter)
+    if v is None:
+        return None
+    return v / 1e9 if v > 1e5 else v  # matmul_bench's counter is in FLOP/s, gemm_bench's in GFLOP/s
+
+
+def shape_of(key):
+    nums = re.findall(r"(?:^|/)(?:[mnk]:)?(\d+)(?=/|$)", key)
+    return tuple(int(x) for x in nums[-3:]) if len(nums) >= 3 else None
+
+
+def section_matmul(gb):
+    threads = gb.context.get("num_cpus", "?")
+    out = [f"The whole stack (`CompiledKernel`, encoded once, cached calls, all {threads} threads) "
+           f"against OpenBLAS `cblas_sgemm` with the same thread count, GFLOP/s (2·M·N·K per "
+           f"call). `packed per call`: W is an ordinary input, packed on every call; `constant "
+           f"W`: W passed with `TensorArg::version` (packed once, cached).", ""]
+    shapes = []
+    for key in gb.runs:
+        if key.startswith(("BM_dvm_matmul/", "BM_openblas_sgemm/")):
+            s = shape_of(key)
+            if s and s not in shapes:
+                shapes.append(s)
+    rows = []
+    for m, n, k in shapes:
+        per = gflops(gb.get(f"BM_dvm_matmul/packed_per_call/{m}/{n}/{k}"), "GFLOPs")
+        const = gflops(gb.get(f"BM_dvm_matmul/const_w/{m}/{n}/{k}"), "GFLOPs")
+        blas = gflops(gb.get(f"BM_openblas_sgemm/{m}/{n}/{k}"), "GFLOPs")
+        rows.append([f"{m}×{n}×{k}", fmt(per, 1), fmt(const, 1), fmt(blas, 1),
+                     fmt(ratio(per, blas)), fmt(ratio(const, blas))])
+    out += table(["M×N×K", "DVM, packed per call", "DVM, constant W", "OpenBLAS",
+                  "packed / OpenBLAS", "constant / OpenBLAS"], rows)
+    big = [ratio(gflops(gb.get(f"BM_dvm_matmul/const_w/{m}/{n}/{k}"), "GFLOPs"),
+                 gflops(gb.get(f"BM_openblas_sgemm/{m}/{n}/{k}"), "GFLOPs"))
+           for m, n, k in shapes if min(m, n, k) >= 256]
+    if any(big):
+        out += ["", f"Constant W / OpenBLAS over shapes with M, N, K ≥ 256: geomean "
+                f"{fmt(geomean(big))}, lowest {fmt(min(v for v in big if v))}."]
+    mlp = sorted({shape_of(k) for k in gb.runs if k.startswith("BM_mlp/")} - {None})
+    if mlp:
+        out += ["", "`gelu(x @ W + b)` as one fused DVM kernel against the same three ops as three "
+                "DVM kernels (W constant in both), GFLOP/s of the matmul:", ""]
+        rows = []
+        for m, n, k in mlp:
+            f = gflops(gb.get(f"BM_mlp/fused/{m}/{n}/{k}"), "GFLOPs")
+            u = gflops(gb.get(f"BM_mlp/unfused/{m}/{n}/{k}"), "GFLOPs")
+            rows.append([f"{m}×{n}×{k}", fmt(f, 1), fmt(u, 1), fmt(ratio(f, u))])
+        out += table(["M×N×K", "fused", "three kernels", "fused / three kernels"], rows)
+    return out
+
+
+def section_gemm(gb):
+    out = ["The GEMM kernel alone (`src/vm/cpu/gemm.h`, one thread) against OpenBLAS "
+           "`cblas_sgemm` with one thread, GFLOP/s; `AVX2` runs DVM's AVX2 code path (what an "
+           "AVX2-only machine runs).", ""]
+    shapes = []
+    for key in gb.runs:
+        s = shape_of(key)
+        if s and s not in shapes:
+            shapes.append(s)
+    rows = []
+    for m, n, k in shapes:
+        sfx = f"m:{m}/n:{n}/k:{k}"
+        d = gflops(gb.get(f"BM_dvm/{sfx}"), "GFLOP/s")
+        a = gflops(gb.get(f"BM_dvm_avx2/{sfx}"), "GFLOP/s")
+        o = gflops(gb.get(f"BM_openblas/{sfx}"), "GFLOP/s")
+        rows.append([f"{m}×{n}×{k}", fmt(d, 1), fmt(a, 1), fmt(o, 1), fmt(ratio(d, o)),
+                     fmt(ratio(a, o))])
+    out += table(["M×N×K", "DVM", "DVM AVX2", "OpenBLAS", "DVM / OpenBLAS", "AVX2 / OpenBLAS"],
+                 rows)
+    return out
+
+
+GRAPH_PATTERNS = ["layernorm", "rmsnorm", "softmax", "gelu_mlp", "swiglu_mlp", "attention",
+                  "residual_layernorm", "cross_entropy"]  # bench/graph_bench.cc kNames
+
+
+def section_graph(gb):
+    out = ["Subgraphs compiled fused against the same graph compiled unfused (one kernel per "
+           "meta-op), same process, hidden 768; speedup = unfused time / fused time.", ""]
+    cells = {}
+    for key, b in gb.runs.items():
+        p = key.split("/")
+        if p[0] != "BM_Subgraph" or len(p) != 4 or b.get("error_occurred"):
+            continue
+        idx, fused, rows_ = int(p[1]), int(p[2]), int(p[3])
+        name = b.get("label") or (GRAPH_PATTERNS[idx] if idx < len(GRAPH_PATTERNS) else str(idx))
+        cells.setdefault(name, {})[(fused, rows_)] = b
+    all_rows = sorted({r for c in cells.values() for (_, r) in c})
+    rows, speedups = [], []
+    for name in sorted(cells, key=lambda n: GRAPH_PATTERNS.index(n)
+                       if n in GRAPH_PATTERNS else 99):
+        c = cells[name]
+        k = {f: next((int(b.get("kernels", 0)) for (ff, _), b in c.items() if ff == f), None)
+             for f in (0, 1)}
+        row = [name, f"{fmt(k[0])} → {fmt(k[1])}"]
+        for r in all_rows:
+            u, f = c.get((0, r)), c.get((1, r))
+            s = ratio(to_us(u) if u else None, to_us(f) if f else None)
+            speedups.append(s)
+            row += [fmt(to_us(f) if f else None, 1), fmt(s)]
+        rows.append(row)
+    hdr = ["subgraph", "kernels unfused → fused"]
+    for r in all_rows:
+        hdr += [f"fused µs, rows={r}", f"speedup rows={r}"]
+    out += table(hdr, rows, numeric_from=2)
+    if any(speedups):
+        out += ["", f"Geomean speedup: {fmt(geomean(speedups))}."]
+    comp, new, cached = gb.get("BM_CompileBertLayer"), gb.get("BM_BertNewShape"), \
+        gb.get("BM_BertCachedShape")
+    lines = []
+    if comp:
+        lines.append(f"BERT-base encoder layer: whole-graph compile "
+                     f"{fmt(to_us(comp) / 1e3, 3)} ms, {fmt(int(comp.get('kernels', 0)))} kernels.")
+    if new:
+        extra = ""
+        if cached:
+            extra = (f"; a cached call {fmt(to_us(cached), 0)} µs, so a new length costs "
+                     f"{fmt(to_us(new) - to_us(cached), 0)} µs more")
+        lines.append(f"First call at a new sequence length: {fmt(to_us(new), 0)} µs, of which "
+                     f"encoding {fmt(new.get('encode_us'), 0)} µs{extra}.")
+    if lines:
+        out += [""] + [" ".join(lines)]
+    return out
+
+
+CPP = [
+    ("encode_bench", "Runtime operator compiler: encode latency and call overhead",
+     section_encode),
+    ("vm_bench", "VM execution against a hand-fused loop and op-by-op", section_vm),
+    ("matmul_bench", "Matmul through the whole stack against OpenBLAS", section_matmul),
+    ("gemm_bench", "GEMM kernel against OpenBLAS, one thread", section_gemm),
+    ("graph_bench", "Graph compiler: fused against unfused, compile and new-shape cost",
+     section_graph),
+]
+
+# ---------------------------------------------------------------------------------------------
+# Sections: Python harnesses (python/bench/*.py)
+
+
+def py_header(path, machine, extra=(), date=None, commit=None):
+    m = machine or {}
+    cpu = m.get("Model name") or m.get("cpu") or "?"
+    if cpu in ("?", "x86_64", "aarch64", "AMD64", "arm64", "i386"):
+        cpu += " (the harness records no CPU model)"
+    parts = [f"CPU {cpu}"]
+    cores = m.get("CPU(s)") or m.get("cores")
+    if cores:
+        parts.append(f"{cores} cores")
+    if m.get("Flags") and m["Flags"] != "-":
+        parts.append(f"SIMD {m['Flags']}")
+    for label, key in (("torch", "torch"), ("torch threads", "threads"),
+                       ("torch threads", "torch_threads"), ("DVM threads", "dvm_threads")):
+        if key in m:
+            parts.append(f"{label} {m[key]}")
+    load = m.get("load") or m.get("loadavg") or m.get("load_average")
+    if load:
+        parts.append(f"load average (1, 5, 15 min, as recorded) {load_text(load)}")
+    parts += list(extra)
+    return ["- Machine: " + ", ".join(parts) + ".",
+            f"- Date: {date or file_time(path)}. "
+            f"Commit: {commit or 'not recorded by the harness'}."]
+
+
+def section_py_matmul(path, d):
+    out = py_header(path, d.get("machine"))
+    out += ["", "DVM (`dvm.Executable`, one matmul) against `torch.mm` (or `torch.nn.functional."
+            "linear` for x @ W^T) in the same process, measured in alternating rounds; GFLOP/s; "
+            "ratio = torch time / DVM time (> 1: DVM faster). `constant W`: W passed as "
+            "`dvm.constant(w)` (packed once).", ""]
+    rows = []
+    for r in d.get("matmul", []):
+        rows.append([r["kind"], f"{r['m']}×{r['n']}×{r['k']}", fmt(r.get("dvm_gflops"), 1),
+                     fmt(r.get("dvm_const_gflops"), 1), fmt(r.get("torch_gflops"), 1),
+                     fmt(r.get("ratio")), fmt(r.get("ratio_const"))])
+    out += table(["kind", "M×N×K", "DVM", "DVM, constant W", "torch", "ratio",
+                  "ratio, constant W"], rows, numeric_from=2)
+    out += ["", f"Geomean ratio over M, N, K ≥ 256: {fmt(d.get('geomean_ge256'))}; with "
+            f"constant W {fmt(d.get('geomean_ge256_const_w'))}."]
+    if d.get("fused_gelu"):
+        out += ["", "`gelu(x @ W + b)` (K = 768, N = 3072): one fused DVM kernel against torch's "
+                "three ops; ratio = torch time / DVM time.", ""]
+        rows = [[str(r["m"]), fmt(r.get("dvm_ms"), 3), fmt(r.get("dvm_const_ms"), 3),
+                 fmt(r.get("torch_ms"), 3), fmt(r.get("ratio")), fmt(r.get("ratio_const"))]
+                for r in d["fused_gelu"]]
+        out += table(["M", "DVM ms", "DVM ms, constant W", "torch ms", "ratio",
+                      "ratio, constant W"], rows)
+    return out
+
+
+def section_torch(path, d):
+    m = d.get("machine", {})
+    dims = d.get("dims", {})
+    extra = [f"batch {d.get('batch', '?')}", f"{len(d.get('lengths', []))} distinct sequence "
+             f"lengths in random order" + (" (--quick: small models)" if d.get("quick") else "")]
+    out = py_header(path, m, extra, commit=m.get("commit"))
+    out += ["", f"Models: a BERT-base-style encoder layer (hidden {dims.get('hidden', '?')}, "
+            f"{dims.get('heads', '?')} heads, ffn {dims.get('ffn', '?')}) and a GPT-style decoder "
+            f"({dims.get('gpt_layers', '?')} layers, vocab {dims.get('vocab', '?')}). Total = one "
+            "pass over the lengths, compiles included; overhead = total minus the steady-state "
+            "latencies of those lengths; steady = median per length over repeated calls "
+            "interleaved across configurations; × eager = geometric mean over lengths of eager "
+            "time / config time; peak RSS = resident-set growth during the first pass (an upper "
+            "bound).", ""]
+    rows = []
+    for r in d.get("rows", []):
+        rows.append([r["model"], r["config"], fmt(r.get("total_s")), fmt(r.get("overhead_s")),
+                     fmt(r.get("compiles")), fmt(r.get("steady_median_ms")),
+                     fmt(r.get("speedup_vs_eager_geomean")), fmt(r.get("peak_rss_mib"), 0)])
+    out += table(["model", "config", "total s", "overhead s", "compiles", "steady median ms",
+                  "× eager", "peak RSS MiB"], rows, numeric_from=2)
+    notes = []
+    for model in dict.fromkeys(r["model"] for r in d.get("rows", [])):
+        by = {r["config"]: r for r in d["rows"] if r["model"] == model}
+        for dyn in ("None", "True"):
+            ind, dv = by.get(f"inductor dyn={dyn}"), by.get(f"dvm dyn={dyn}")
+            if ind and dv:
+                total = ratio(ind["total_s"], dv["total_s"])
+                over = ratio(ind.get("overhead_s"), dv.get("overhead_s"))
+                notes.append(f"{model}, dynamic={dyn}: total {fmt(total, 1)}×, "
+                             f"overhead {fmt(over, 1)}×")
+    if notes:
+        out += ["", "Inductor / DVM (> 1: DVM spends less): " + "; ".join(notes) + "."]
+    err = d.get("max_abs_err_vs_eager")
+    if err:
+        out += ["", "Max |DVM − eager|: "
+                + ", ".join(f"{k} {v:.1e}" for k, v in err.items()) + "."]
+    return out
+
+
+def section_lazy(path, d):
+    m = d.get("machine", {})
+    out = py_header(path, m, date=d.get("time"))
+    out += ["", "Eager PyTorch against `dvm.lazy(freeze_weights=True)` in alternating rounds; "
+            "every lazy round meets each sequence length for the first time, so every lazy step "
+            "pays for encoding its programs. Per-step medians over all rounds; totals are the "
+            "median round; speedup = eager / lazy.", ""]
+    rows, parts = [], []
+    names = {"gpt_greedy_decode": "GPT greedy decode", "data_dependent_loop": "data-dependent loop"}
+    for key, r in d.get("results", {}).items():
+        c = r.get("config", {})
+        rows.append([names.get(key, key), fmt(r.get("eager_ms_per_step")),
+                     fmt(r.get("lazy_ms_per_step")), fmt(r.get("speedup_per_step")),
+                     f"{fmt(r.get('eager_total_ms'), 0)} / {fmt(r.get('lazy_total_ms'), 0)}",
+                     f"{fmt(r.get('eager_aten_ops_per_step'))} / "
+                     f"{fmt(r.get('lazy_kernels_per_step'), 1)}",
+                     f"{fmt(r.get('plan_cache_hits'))} / {fmt(r.get('plan_cache_misses'))}",
+                     "yes" if r.get("same_result") else "no"])
+        cfg = ", ".join(f"{k} {v}" for k, v in c.items())
+        parts.append(f"{names.get(key, key)} ({cfg}): lazy step = record "
+                     f"{fmt(r.get('lazy_record_ms_per_step'))} + encode "
+                     f"{fmt(r.get('lazy_encode_ms_per_step'))} + kernels "
+                     f"{fmt(r.get('lazy_run_ms_per_step'))} ms (means)")
+    out += table(["workload", "eager ms/step", "lazy ms/step", "speedup", "total eager / lazy ms",
+                  "eager aten ops / lazy kernels per step", "plans hit / miss", "same result"],
+                 rows)
+    if parts:
+        out += [""] + [p + "." for p in parts]
+    return out
+
+
+def section_weights(path, d):
+    cap = d.get("capacity_bytes")
+    m = dict(d.get("machine", {}))
+    if "torch" in d:
+        m["torch"] = d["torch"]
+    extra = [f"cache capacity {cap >> 20} MiB" if cap is not None else "cache capacity ?"]
+    out = py_header(path, m, extra)
+    out += ["", "A stack of `x + Linear(gelu(Linear(x)))` blocks (H = 2048, F = 8192, f32) through "
+            "`torch.compile(backend=\"dvm\", dynamic=True)`, configurations in alternating "
+            "rounds, per-call medians; × = eager time / config time; packs/call = packed-weight "
+            "cache packs per call in steady state; cache MiB = bytes the cache holds.", ""]
+    rows = []
+    for r in d.get("results", []):
+        for c, ms in r.get("ms", {}).items():
+            held = r.get("cache_bytes", {}).get(c)
+            rows.append([fmt(r.get("weights_gib")), str(r.get("rows")), c, fmt(ms, 1),
+                         fmt(r.get("speedup_vs_eager", {}).get(c)),
+                         fmt(r.get("packs_per_call", {}).get(c), 1),
+                         "-" if held is None else str(held >> 20)])
+    out += table(["weights GiB", "M", "config", "ms per call", "× eager", "packs/call",
+                  "cache MiB"], rows, numeric_from=3)
+    return out
+
+
+PY = [
+    ("matmul_bench", "Matmul against torch.mm (Python harness)", section_py_matmul,
+     "python3 python/bench/matmul_bench.py [--quick] [--threads N]"),
+    ("torch_bench", "torch.compile: eager, Inductor and DVM over a stream of lengths",
+     section_torch, "python3 python/bench/torch_bench.py [--quick] [--no-inductor]"),
+    ("lazy_bench", "Lazy mode against eager", section_lazy,
+     "python3 python/bench/lazy_bench.py [--threads N] [--rounds R]"),
+    ("weights_bench", "Model-sized weights: the packed-weight cache", section_weights,
+     "python3 python/bench/weights_bench.py [--sizes-gib 0.5 1.25] [--rows 1 16 128]"),
+]
+
+# ---------------------------------------------------------------------------------------------
+
+
+def generate(results):
+    rel = os.path.relpath(results, ROOT) if results.startswith(ROOT) else results
+    out = ["# Performance", "",
+           "<!-- Generated by scripts/perf_report.py from " + rel + "/*.json: edit the script, "
+           "not the generated part. -->", "",
+           f"The sections below are generated by `python3 scripts/perf_report.py` from the JSON "
+           f"the benchmarks write into `{rel}/`. Each states the machine and conditions recorded "
+           f"with it; ratios compare figures measured in the same run. Absolute times depend on "
+           f"the machine and its load; ratios taken within one run are the figures to compare. "
+           f"Figures from earlier runs that no benchmark has regenerated yet are kept at the end.",
+           ""]
+    machine = read_machine_txt(results)
+    out += ["## C++ benchmarks (`bash bench/run_benchmarks.sh`)", ""]
+    for name, title, fn in CPP:
+        path = os.path.join(results, name + ".json")
+        data = read_json(path)
+        out += [f"### {title} (`{name}`)", ""]
+        if not is_gbench(data):
+            why = "not present"
+            if data is UNREADABLE:
+                why = "is not valid JSON (a filter that matched nothing leaves it empty)"
+            elif data is not None:
+                why = ("holds another format (python/bench/matmul_bench.py writes the same file "
+                       "name)" if name == "matmul_bench" else "is not Google Benchmark JSON")
+            out += [f"`{rel}/{name}.json` {why}: run `bash bench/run_benchmarks.sh` (or "
+                    f"`bash bench/run_benchmarks.sh --benchmark_filter=...`) to produce it.", ""]
+            continue
+        gb = GBench(path, data, machine)
+        if not gb.runs:
+            out += [f"`{rel}/{name}.json` holds no benchmarks (a filter matched nothing).", ""]
+            continue
+        out += gb.header() + [""] + fn(gb) + gb.error_lines() + [""]
+    out += ["## Python harnesses (`python/bench/`)", ""]
+    for name, title, fn, cmd in PY:
+        path = os.path.join(results, name + ".json")
+        data = read_json(path)
+        out += [f"### {title} (`{name}`)", ""]
+        if data is None or data is UNREADABLE or is_gbench(data):
+            why = "not present" if data is None else "is not valid JSON"
+            if is_gbench(data):
+                why = ("holds the C++ matmul_bench's Google Benchmark JSON (the same file name; "
+                       "running the Python harness overwrites it)")
+            out += [f"`{rel}/{name}.json` {why}: run `{cmd}` from the repository root to "
+                    f"produce it.", ""]
+            continue
+        try:
+            out += fn(path, data) + [""]
+        except (KeyError, TypeError, ValueError) as e:
+            out += [f"`{rel}/{name}.json` could not be read ({type(e).__name__}: {e}); rerun "
+                    f"`{cmd}`.", ""]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", default=os.path.join(ROOT, "bench_results"),
+                    help="folder of the benchmarks' JSON (default: bench_results/)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "performance.md"),
+                    help="file to write (default: docs/performance.md); '-' for stdout")
+    a = ap.parse_args()
+    results = os.path.abspath(a.results)
+    kept = [KEEP_MARKER, ""]
+    if a.out != "-" and os.path.exists(a.out):
+        with open(a.out) as f:
+            text = f.read()
+        at = text.find(KEEP_MARKER)
+        if at >= 0:
+            kept = [text[at:].rstrip("\n")]
+    lines = generate(results)
+    while lines and lines[-1] == "":
+        lines.pop()
+    text = "\n".join(lines + [""] + kept) + "\n"
+    if a.out == "-":
+        sys.stdout.write(text)
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            f.write(text)
+        print(f"wrote {os.path.relpath(a.out)}")
+
+
+if __name__ == "__main__":
+    main()
