@@ -60,7 +60,6 @@ Stats = _lz.Stats
 sync = _lz.sync
 pending_ops = _lz.pending_ops
 stats = _lz.stats
-reset_stats = _lz.reset_stats
 set_options = _lz.set_options
 options = _lz.options
 clear_plan_cache = _lz.clear_plan_cache
@@ -77,7 +76,12 @@ _SLICE_END = (1 << 63) - 1
 
 
 class _Unsupported(Exception):
-    """Raised by a handler: run the op in PyTorch instead."""
+    """Raised by a handler: run the op in PyTorch instead (counted in handler_fallbacks())."""
+
+
+class _InPyTorch(_Unsupported):
+    """Raised by a handler when PyTorch is where the call belongs (nothing to fuse, e.g. a clone
+    of a real tensor): it runs there, and is no fallback."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,8 +217,18 @@ def _out(h, want=None):
     t = _empty(*shape, dtype=dt) if shape else _empty((), dtype=dt)
     ptr = _data_ptr(t)
     if ptr:
-        h._set_storage_ptr(ptr)
-        _state.produced.add(ptr)
+        try:
+            h._set_storage_ptr(ptr)
+        except DvmError:
+            if h.is_pending:
+                raise
+            # Recording h filled the trace to its size bound: the flush that followed already
+            # computed it (into DVM's memory). Copy it out rather than run the op again, and
+            # keep no handle (it would hold DVM's copy).
+            h.copy_into(t)
+            return t
+        else:
+            _state.produced.add(ptr)
     t.__dict__["_dvm_lazy"] = h
     return t
 
@@ -301,14 +315,42 @@ def _needs_grad(args, kwargs):
 
 _FALLBACK = (_Unsupported, DvmError, TypeError, ValueError, IndexError)
 
+# Handler fallbacks: aten op -> calls whose handler refused them (an argument form, dtype or
+# promotion DVM does not run), which then ran in PyTorch. Counted on the fallback path only.
+_handler_fallbacks = {}
+_fallback_lock = threading.Lock()
+
+
+def _handler_fell_back(func):
+    with _fallback_lock:
+        _handler_fallbacks[func] = _handler_fallbacks.get(func, 0) + 1
+
+
+def handler_fallbacks():
+    """{aten op name: calls} of ops that have a DVM handler which refused the call (raised
+    _Unsupported or another fallback error), so the op ran in PyTorch: an argument form, dtype
+    or promotion that lazy mode does not record. Since import or the last ``reset_stats()``.
+    (Ops with no handler at all, ops excluded for autograd and calls a handler leaves to
+    PyTorch by design, like a clone of a real tensor, are not counted.)"""
+    with _fallback_lock:
+        return {str(k): v for k, v in _handler_fallbacks.items()}
+
+
+def reset_stats():
+    """Resets ``stats()`` and ``handler_fallbacks()``."""
+    _lz.reset_stats()
+    with _fallback_lock:
+        _handler_fallbacks.clear()
+
 
 def _dispatch(func, args, kwargs):
     handler = _HANDLERS.get(func)
     if handler is not None and not _grad_blocks(args, kwargs):
         try:
             return handler(*args, **kwargs)
-        except _FALLBACK:
-            pass
+        except _FALLBACK as e:
+            if type(e) is not _InPyTorch:
+                _handler_fell_back(func)
     return _run_eagerly(func, args, kwargs)
 
 
@@ -514,7 +556,7 @@ def _clone(x, *, memory_format=None):
     if memory_format not in (None, _torch.preserve_format, _torch.contiguous_format):
         raise _Unsupported
     if _pending(x) is None:
-        raise _Unsupported  # nothing to fuse: copy in PyTorch
+        raise _InPyTorch  # nothing to fuse: copy in PyTorch
     return _out(_identity(_arg(x)))
 
 
@@ -985,8 +1027,9 @@ def _make_mode_class(torch):
                     (not _grad_enabled() or not _needs_grad(args, kwargs))):
                 try:
                     return handler(*args, **kwargs) if kwargs else handler(*args)
-                except _FALLBACK:
-                    pass
+                except _FALLBACK as e:
+                    if type(e) is not _InPyTorch:
+                        _handler_fell_back(func)
             return _run_eagerly(func, args, kwargs or {})
 
     return DvmLazyMode

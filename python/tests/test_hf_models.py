@@ -50,7 +50,18 @@ def first_tensor(out):
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2", "bert"])
+# The decoder models' causal-mask construction (cumsum, advanced indexing with several index
+# tensors) and the f64 scalar tensors Dynamo makes of Python float constants (converts, sqrt,
+# divide) have no DVM translation: those few nodes run in PyTorch, the model's compute in DVM
+# (no partition or run-time fallback either way).
+MASK_NODES = pytest.mark.allow_fallback(
+    "HF causal-mask construction (cumsum, multi-tensor indexing) and tensorified f64 scalars "
+    "run in PyTorch", kinds=("nodes",))
+
+
+@pytest.mark.parametrize("name", [pytest.param("llama", marks=MASK_NODES),
+                                  pytest.param("qwen2", marks=MASK_NODES),
+                                  pytest.param("gpt2", marks=MASK_NODES), "bert"])
 def test_model_matches_eager_over_lengths_one_compile(name):
     model = small_model(name).eval()
     compiled = torch.compile(model, backend="dvm", dynamic=True)

@@ -124,6 +124,9 @@ def test_gpt_block_and_dtypes():
         torch.testing.assert_close(v, w, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.allow_fallback("operand kinds lazy mode does not record (bool arithmetic, bool "
+                             "subtraction that torch rejects) run in PyTorch by design",
+                             kinds=("lazy",))
 def test_binary_ops_follow_torch_promotion():
     # The handlers' same-dtype fast path and the general path (torch.result_type, casts) must
     # agree with eager on every operand kind: values and result dtypes.
@@ -206,6 +209,8 @@ def test_observations_flush():
         assert not L.is_pending(s)
 
 
+@pytest.mark.allow_fallback("cumsum has no lazy handler: it flushes and runs in PyTorch (the "
+                             "point)", kinds=("lazy_unsupported",))
 def test_unsupported_op_flushes_and_runs_in_torch():
     x = torch.randn(6)
     with torch.no_grad(), L():
@@ -266,6 +271,8 @@ def test_inplace_write_to_a_leaf_flushes_its_readers():
     torch.testing.assert_close(z, torch.full((4,), 22.0))
 
 
+@pytest.mark.allow_fallback("in-place writes to a pending value flush and run in PyTorch (the "
+                             "point)", kinds=("lazy_unsupported",))
 def test_inplace_on_pending_and_through_views():
     x = torch.arange(12.0).view(3, 4)
     with torch.no_grad(), L():
@@ -304,6 +311,8 @@ def test_views_of_pending_values_are_tracked_exactly():
     torch.testing.assert_close(b, t.view(6, 4)[1:5:2])
 
 
+@pytest.mark.allow_fallback("copy_ of a pending value into a real tensor flushes and runs in "
+                             "PyTorch (the point)", kinds=("lazy_unsupported",))
 def test_copy_into_a_real_tensor_and_out_args():
     cache = torch.zeros(2, 6)
     x = torch.randn(2, 3)
@@ -322,6 +331,8 @@ def test_copy_into_a_real_tensor_and_out_args():
 # Autograd is excluded
 
 
+@pytest.mark.allow_fallback("an op needing grad runs eagerly on flushed inputs (the point)",
+                             kinds=("lazy_unsupported",))
 def test_requires_grad_runs_eagerly():
     w = torch.randn(4, 3, requires_grad=True)
     x = torch.randn(5, 4)

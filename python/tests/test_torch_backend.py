@@ -176,6 +176,8 @@ class WithSort(nn.Module):
         return F.softmax(self.b(h) * 2.0, -1)
 
 
+@pytest.mark.allow_fallback("torch.sort has no DVM translation: it runs in PyTorch between two "
+                             "DVM partitions (the point)", kinds=("nodes",))
 def test_unsupported_op_in_the_middle(caplog, monkeypatch):
     monkeypatch.setenv("DVM_LOG_FALLBACK", "1")
     torch.manual_seed(0)
@@ -269,6 +271,9 @@ def test_weight_written_through_data_is_seen_by_default():
     check(compiled, model, x)
 
 
+@pytest.mark.allow_fallback("x[:, :n]: DVM's shape min(t, n) is not provably n (C++ sym "
+                             "simplifier: no relation between symbols), so the slice (a free "
+                             "view) runs in PyTorch; the arithmetic runs in DVM", kinds=("nodes",))
 def test_symint_inputs():
     """Sizes passed as Python ints become SymInt graph inputs."""
 
@@ -282,6 +287,7 @@ def test_symint_inputs():
     assert dynamo_graphs() == 1
 
 
+@pytest.mark.allow_fallback("backward graphs run in PyTorch (the point)", kinds=("backward",))
 def test_backward_falls_back_to_pytorch(caplog, monkeypatch):
     monkeypatch.setenv("DVM_LOG_FALLBACK", "1")
     torch.manual_seed(0)
@@ -299,6 +305,8 @@ def test_backward_falls_back_to_pytorch(caplog, monkeypatch):
     assert any("backward graph runs in PyTorch" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.allow_fallback("f64 has no DVM dtype: all of it runs in PyTorch (the point)",
+                             kinds=("nodes", "no_dvm"))
 def test_f64_runs_in_pytorch():
     model = MLP().double().eval()
     compiled = torch.compile(model, backend="dvm", dynamic=True)
@@ -317,6 +325,8 @@ def test_bad_input_clear_error():
     assert "31" in msg and ("shape" in msg or "size" in msg), msg
 
 
+@pytest.mark.allow_fallback("a DVM run-time error runs the partition's ATen code (the point)",
+                             kinds=("runtime",))
 def test_runtime_error_falls_back(caplog, monkeypatch):
     """A DVM run-time error (here: inputs that contradict the graph) runs the partition's ATen
     code instead, and says why."""

@@ -3,10 +3,12 @@
 Each case is traced to core ATen with symbolic shapes (make_fx, the same decompositions the
 backend gives AOTAutograd: fast, no Dynamo), partitioned and compiled by the backend, and run at
 two sizes with the same compiled artifact. Every case asserts that its ops really ran in DVM
-(no ATen compute left outside DVM partitions, no run-time fallback) and matches eager.
+(every ATen compute node inside a DvmPartition: none in the outer graph nor in a partition whose
+DVM build failed, no run-time fallback) and matches eager.
 """
 
 import math
+import operator
 
 import pytest
 
@@ -15,6 +17,7 @@ torch = pytest.importorskip("torch")
 import dvm  # noqa: E402
 import dvm.torch_backend as tb  # noqa: E402
 from dvm.torch_backend.partition import FREE_OPS, partition_and_compile  # noqa: E402
+from dvm.torch_backend.runtime import DvmPartition  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 F = torch.nn.functional
@@ -35,13 +38,37 @@ def tol(dtype):
     return {F16: (1e-2, 1e-2), BF16: (3e-2, 3e-2)}.get(dtype, (2e-5, 2e-5))
 
 
+def _is_compute(n):
+    return (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+            and n.target not in FREE_OPS
+            and isinstance(n.meta.get("val"), (torch.Tensor, tuple, list)))
+
+
 def aten_left(gm):
-    """ATen compute nodes left outside DVM partitions."""
-    return [
-        n for n in gm.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-        and n.target not in FREE_OPS and isinstance(n.meta.get("val"), torch.Tensor)
-    ]
+    """ATen compute nodes that run in PyTorch: in the outer graph, and inside partition
+    submodules that are not DvmPartitions (a partition whose DVM build failed stays a plain
+    GraphModule in its call_module node and runs as ATen)."""
+    left = []
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            sub = gm.get_submodule(n.target)
+            if not isinstance(sub, DvmPartition):
+                left += aten_left(sub)
+        elif _is_compute(n):
+            left.append(n)
+    return left
+
+
+def dvm_ops(gm):
+    """ATen compute nodes that DVM runs: those inside DvmPartition submodules."""
+    ops = []
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            sub = gm.get_submodule(n.target)
+            if isinstance(sub, DvmPartition):
+                ops += [m for m in sub.fallback.graph.nodes
+                        if m.op == "call_function" and m.target is not operator.getitem]
+    return ops
 
 
 def compile_aten(fn, args):
@@ -74,6 +101,7 @@ def run_case(fn, make_args, dtype):
     compiled = compile_aten(fn, args_a)
     left = aten_left(compiled)
     assert not left, f"ran in PyTorch: {[str(n.target) for n in left]}"
+    assert dvm_ops(compiled), f"no DVM partition:\n{compiled.graph}"
     for variant in (0, 1):
         args = make_args(dtype, gen, variant)
         want = fn(*args)
@@ -110,6 +138,10 @@ ALL = FLOATS + (I32, I64)
 # The backend works around the second part by passing s itself (a carrier input). Repro: gb.symbol("s", lo=2); x = input [s]; gb.split(x, [(s+1)//2,
 # s - (s+1)//2], 0)[0] has shape min(s, (s+1)//2); bind an input of shape [(s+1)//2] = [2].
 CHUNK_NOTE = "C++: min(s, (s+1)//2) not simplified; bind solves floor-div dims as linear"
+# Known C++ limit (sym simplifier, same family): x[:n] of a dim s where PyTorch's guards give
+# n <= s has the DVM shape min(s, n), not provably n (SymExpr knows ranges of symbols, no
+# relation between two), so the slice (a free view) runs in PyTorch, outside the partitions.
+SLICE_NOTE = "C++: x[:n] with n <= s guarded by PyTorch: DVM's min(s, n) is not provably n"
 FL = FLOATS
 CASES = [
     # pointwise binary (Tensor and Scalar overloads, broadcasting, promotion)
@@ -252,10 +284,11 @@ CASES = [
     ("arange", lambda a: a + torch.arange(a.shape[1]), one(), (F32, I64)),
     ("arange_step", lambda a: a * torch.arange(0, a.shape[1] * 2, 2, dtype=torch.float32),
      one(), (F32,)),
-    ("tril_mask", lambda a: a.masked_fill(
+    pytest.param("tril_mask", lambda a: a.masked_fill(
         torch.ones(a.shape[1], a.shape[1], dtype=torch.bool).tril()[: a.shape[0]]
         .logical_not(), 0.0) if a.shape[0] <= a.shape[1] else a, lambda dt, g, v: (
-        rand((3, 5) if v == 0 else (4, 7), dt, g),), (F32,)),
+        rand((3, 5) if v == 0 else (4, 7), dt, g),), (F32,),
+        marks=pytest.mark.allow_fallback(SLICE_NOTE, kinds=("nodes",))),
     ("scalar_tensor", lambda a: torch.where(a > 0, a, torch.tensor(-1.0)), one(), (F32,)),
     ("size_as_value", lambda a: a * a.shape[1], one(), (F32,)),
     # matmul family
@@ -331,6 +364,8 @@ def test_op_table_count():
     assert len(core) >= 80
 
 
+@pytest.mark.allow_fallback("sort has no DVM translation: it runs in PyTorch (the point)",
+                             kinds=("nodes",))
 def test_unsupported_op_reason():
     """An op DVM does not translate runs in PyTorch, with a reason."""
     from dvm.torch_backend.partition import DvmOperatorSupport
@@ -351,6 +386,35 @@ def test_unsupported_op_reason():
         torch.testing.assert_close(compiled(x), fn(x))
 
 
+@pytest.mark.allow_fallback("DVM's attention computes no logsumexp: an attention whose "
+                             "logsumexp is used runs in PyTorch (the point)", kinds=("nodes",))
+def test_attention_with_used_logsumexp_runs_in_pytorch():
+    """DVM's attention returns no logsumexp (output 1 of the CPU flash-attention op). Unused, as
+    in F.scaled_dot_product_attention, its dead getitem is dropped and the attention runs in DVM
+    (the sdpa cases above); used, the attention node stays in PyTorch with a reason, and the
+    ops around it still run in DVM."""
+    from dvm.torch_backend.partition import DvmOperatorSupport
+
+    def fn(q, k, v):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)
+        return out * 2, lse + 1
+
+    gen = torch.Generator().manual_seed(0)
+    args = [rand((2, 3, 5, 8), F32, gen) for _ in range(3)]
+    gm = make_fx(fn, decomposition_table=tb.decompositions(), tracing_mode="symbolic")(*args)
+    sup = DvmOperatorSupport()
+    (attn,) = [n for n in gm.graph.nodes if "flash_attention" in str(n.target)]
+    assert "output 1" in sup.reason(attn) and "not computed by DVM" in sup.reason(attn)
+    compiled = partition_and_compile(gm, args, "t")
+    assert [str(n.target) for n in aten_left(compiled)] == [str(attn.target)]
+    assert {str(n.target) for n in dvm_ops(compiled)} == {"aten.mul.Tensor", "aten.add.Tensor"}
+    for shape in [(2, 3, 5, 8), (3, 4, 7, 8)]:
+        xs = [torch.randn(*shape) for _ in range(3)]
+        assert_close(compiled(*xs), fn(*xs))
+
+
+@pytest.mark.allow_fallback("f64 has no DVM dtype: all of it runs in PyTorch (the point)",
+                             kinds=("nodes", "no_dvm"))
 def test_f64_falls_back():
     """f64 has no DVM dtype: the graph runs in PyTorch and stays correct."""
     def fn(a):

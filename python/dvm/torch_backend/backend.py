@@ -96,8 +96,11 @@ def dvm_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs
 def stats() -> dict[str, int]:
     """Counters since import (or reset_stats()): dynamo_graphs (graphs Dynamo compiled with
     this backend; a call that Dynamo restarts, e.g. to tensorify a float, is counted in
-    backend_restarts instead), aot_graphs, dvm_partitions, dvm_nodes, fallback_nodes, partition_fallbacks,
-    runtime_fallbacks, backward_graphs."""
+    backend_restarts instead), aot_graphs, dvm_partitions (partitions compiled), dvm_nodes,
+    partitions_run (partitions that ran in DVM: each counted at its first successful call),
+    fallback_nodes (compute nodes left to PyTorch), partition_fallbacks (partitions whose DVM
+    build failed: they run in PyTorch), runtime_fallbacks (partition calls that failed in DVM and
+    ran in PyTorch), backward_graphs."""
     return dict(STATS)
 
 

@@ -64,7 +64,14 @@ class DvmOperatorSupport(OperatorSupportBase):
         v = fake_value(node) if ("val" in node.meta or "example_value" in node.meta) else None
         if not isinstance(v, (torch.Tensor, tuple, list)):
             return "not a tensor op (size arithmetic stays in Python)"
-        return check_node(node)
+        r = check_node(node)
+        if r is None:
+            none = node.meta.get("dvm_none_outputs", ())
+            for u in node.users:
+                if u.target is operator.getitem and u.args[1] in none and u.users:
+                    return (f"its output {u.args[1]} (used by {next(iter(u.users)).name}) is "
+                            "not computed by DVM")
+        return r
 
     def is_node_supported(self, submodules, node) -> bool:
         return self.reason(node) is None
@@ -192,6 +199,11 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
     freeze_weights: parameters are passed as DVM constants (see DvmPartition)."""
     shape_env = _shape_env(gm, example_inputs)
     set_shape_env(shape_env)
+    # Unused outputs of multi-output ops (make_fx keeps e.g. attention's logsumexp getitem):
+    # dead, and DVM may not compute them, so a partition holding one would fail to build.
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target is operator.getitem and not n.users:
+            gm.graph.erase_node(n)
     support = DvmOperatorSupport()
     # the translator records which outputs of multi-output nodes it does not compute
     for n in gm.graph.nodes:

@@ -64,6 +64,7 @@ class DvmPartition(torch.nn.Module):
         self.num_args = num_args  # its arguments (symbol values may follow them)
         self.calls = 0
         self.fallbacks = 0
+        self.ran = False  # ran in DVM at least once (stats()["partitions_run"])
         self.last_error = None
         self._simple = all(k == "arg" for k, _ in in_plan) and all(
             k == "dvm" for k, _ in out_plan
@@ -103,6 +104,9 @@ class DvmPartition(torch.nn.Module):
             log_fallback("dvm: partition %s failed at run time, running it in PyTorch: %s",
                          self.name, e)
             return self.fallback(*args[: self.num_args])
+        if not self.ran:
+            self.ran = True
+            bump("partitions_run")
         if self._simple:
             res = outs
         else:

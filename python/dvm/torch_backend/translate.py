@@ -258,6 +258,11 @@ def check_node(node) -> str | None:
                 t.bind_placeholder(inp, f"in{i}")
         out = t.run_node(node)
         outs = out if isinstance(out, (tuple, list)) else (out,)
+        if isinstance(out, (tuple, list)):
+            # outputs DVM does not compute (e.g. attention's logsumexp): a getitem of one of
+            # them must stay out of DVM, and so must this node if such a getitem is used
+            node.meta["dvm_none_outputs"] = frozenset(
+                k for k, o in enumerate(outs) if o is None)
         n = 0
         for k, o in enumerate(outs):
             if o is not None:
