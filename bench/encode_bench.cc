@@ -27,6 +27,7 @@
 #include "encoder/encoder.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "vm/interpreter.h"
 
 namespace {
 
@@ -295,14 +296,17 @@ void bm_vm_only(benchmark::State& st, int threads) {
   dvm::enc::EncodedKernel ek;
   dvm::enc::EncodeOptions eo;
   eo.num_threads = threads;
+  eo.target = &dvm::vm::cpu_target();
   dvm::Status s = dvm::ir::bind_shapes(kernel->def(), in, &binding);
   if (s.is_ok()) s = dvm::enc::encode(kernel->def(), binding, in, out, eo, &ek);
   if (!s.is_ok()) return st.SkipWithError(s.to_string().c_str());
   if (!ek.workspace_bytes.empty()) return st.SkipWithError("program needs workspaces");
+  std::vector<std::shared_ptr<const dvm::vm::LoadedProgram>> loaded;
+  for (const dvm::bc::Program& p : ek.programs) loaded.push_back(dvm::vm::load(p));
   void* slots[] = {x.data(), y.data()};
   const dvm::vm::LaunchArgs args{slots, nullptr};
   for (auto _ : st) {
-    for (const auto& p : ek.programs) dvm::vm::launch(*p, args, threads);
+    for (const auto& p : loaded) dvm::vm::launch(*p, args, threads);
     benchmark::ClobberMemory();
   }
   st.SetItemsProcessed(st.iterations() * n);

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::vm::cpu {
 namespace {
@@ -231,10 +231,10 @@ void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bo
   Operand a = make_operand(m, k, la, rng);
   Operand b = make_operand(k, n, lb, rng);
   const auto to_bits = [t](float x) {
-    return t == DType::kF16 ? f32_to_f16_bits(x) : f32_to_bf16_bits(x);
+    return t == DType::kF16 ? ops::f32_to_f16_bits(x) : ops::f32_to_bf16_bits(x);
   };
   const auto from_bits = [t](uint16_t x) {
-    return t == DType::kF16 ? f16_bits_to_f32(x) : bf16_bits_to_f32(x);
+    return t == DType::kF16 ? ops::f16_bits_to_f32(x) : ops::bf16_bits_to_f32(x);
   };
   std::vector<uint16_t> ah(a.data.size()), bh(b.data.size());
   for (size_t i = 0; i < ah.size(); ++i) a.data[i] = from_bits(ah[i] = to_bits(a.data[i]));

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dvm/graph.h"
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::testing {
 
@@ -34,7 +34,7 @@ struct HostTensor {
     return t;
   }
   double at(int64_t i) const {
-    return vm::load_element(bytes.data() + i * dtype_size(dtype), dtype);
+    return ops::load_element(bytes.data() + i * dtype_size(dtype), dtype);
   }
 
   void set(int64_t i, double v) {

@@ -4,6 +4,7 @@
 
 #include "bytecode/verifier.h"
 #include "encoder/encoder.h"
+#include "vm/interpreter.h"
 #include "vm_test_util.h"
 
 namespace dvm::testing {
@@ -168,8 +169,10 @@ bc::Program encoded_matmul(std::vector<Buffer>* keep) {
   ir::Binding binding;
   EXPECT_TRUE(ir::bind_shapes(k.def(), in, &binding).is_ok());
   enc::EncodedKernel ek;
-  EXPECT_TRUE(enc::encode(k.def(), binding, in, out, {}, &ek).is_ok());
-  return ek.programs.at(0)->program;
+  enc::EncodeOptions eo;
+  eo.target = &vm::cpu_target();
+  EXPECT_TRUE(enc::encode(k.def(), binding, in, out, eo, &ek).is_ok());
+  return ek.programs.at(0);
 }
 
 int contraction_axis(const bc::Program& p) {

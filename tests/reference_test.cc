@@ -1,6 +1,6 @@
 // Tests of the scalar reference executor against hand-computed values: it is the spec every
 // VM result is compared with, so each expectation here is worked out by hand, not by code.
-#include "vm/reference/reference.h"
+#include "ir/reference.h"
 
 #include <gtest/gtest.h>
 
@@ -503,10 +503,10 @@ TEST(Reference, EvaluateReferenceExposesEveryNode) {
   std::vector<TensorArg> in = {view(xv, {2})};
   ir::Binding binding;
   ASSERT_TRUE(ir::bind_shapes(k.def(), in, &binding).is_ok());
-  std::vector<vm::RefValue> values;
-  EXPECT_OK(vm::evaluate_reference(k.def(), binding, in, {}, &values));
+  std::vector<ir::RefValue> values;
+  EXPECT_OK(ir::evaluate_reference(k.def(), binding, in, {}, &values));
   ASSERT_EQ(values.size(), k.def().nodes.size());
-  const vm::RefValue& out = values[k.def().outputs[0].node];
+  const ir::RefValue& out = values[k.def().outputs[0].node];
   EXPECT_EQ(out.ctype(), CType::kF32);
   EXPECT_EQ(out.shape.rank, 1);
   EXPECT_EQ(out.f32(), (std::vector<float>{1.5f, -2.5f}));

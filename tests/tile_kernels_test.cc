@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::vm::cpu {
 namespace {
+
+using namespace dvm::ops;  // the scalar spec the kernels are checked against  // NOLINT
 
 constexpr int64_t kSizes[] = {0, 1, 3, 7, 8, 15, 16, 17, 31, 64, 100, 1000, 4099};
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -89,7 +91,7 @@ TEST(TileKernels, UnaryF32ExactOps) {
         std::vector<float> dst(n + 1, 1234.5f);
         unary_f32(op, dst.data(), a.data(), ainc, n);
         for (int64_t i = 0; i < n; ++i) {
-          const float want = vm::unary_f32(op, a[ainc ? i : 0]);
+          const float want = ops::unary_f32(op, a[ainc ? i : 0]);
           ASSERT_TRUE(same_float(dst[i], want))
               << unary_op_name(op) << " " << where("", n, i, ainc) << " x=" << a[ainc ? i : 0]
               << " got " << dst[i] << " want " << want;
@@ -99,7 +101,7 @@ TEST(TileKernels, UnaryF32ExactOps) {
       // In place.
       std::vector<float> io = a;
       unary_f32(op, io.data(), io.data(), 1, n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(io[i], vm::unary_f32(op, a[i])));
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(io[i], ops::unary_f32(op, a[i])));
     }
   }
 }
@@ -136,7 +138,7 @@ TEST(TileKernels, UnaryF32TranscendentalSweep) {
     double max_ulp = 0, max_abs = 0;
     float worst_x = 0, worst_abs_x = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const float want = vm::unary_f32(b.op, x[i]);
+      const float want = ops::unary_f32(b.op, x[i]);
       if (std::isnan(want) || std::isinf(want) || std::isnan(y[i]) || std::isinf(y[i])) {
         ASSERT_TRUE(same_float(y[i], want) || (std::isnan(want) && std::isnan(y[i])))
             << unary_op_name(b.op) << " x=" << x[i] << " got " << y[i] << " want " << want;
@@ -193,7 +195,7 @@ TEST(TileKernels, PredicatesF32) {
         std::vector<int32_t> dst(n + 1, 77);
         predicate_f32(op, dst.data(), a.data(), ainc, n);
         for (int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(dst[i], vm::predicate_f32(op, a[ainc ? i : 0]))
+          ASSERT_EQ(dst[i], ops::predicate_f32(op, a[ainc ? i : 0]))
               << unary_op_name(op) << where("", n, i, ainc);
         }
         EXPECT_EQ(dst[n], 77);
@@ -223,7 +225,7 @@ TEST(TileKernels, BinaryF32Exact) {
           binary_f32(op, dst.data(), a.data(), ainc, b.data(), binc, n);
           for (int64_t i = 0; i < n; ++i) {
             const float x = a[ainc ? i : 0], y = b[binc ? i : 0];
-            const float want = vm::binary_f32(op, x, y);
+            const float want = ops::binary_f32(op, x, y);
             ASSERT_TRUE(same_float(dst[i], want))
                 << binary_op_name(op) << where("", n, i, ainc, binc) << " a=" << x << " b=" << y
                 << " got " << dst[i] << " want " << want;
@@ -235,11 +237,11 @@ TEST(TileKernels, BinaryF32Exact) {
       std::vector<float> io = a;
       binary_f32(op, io.data(), io.data(), 1, b.data(), 1, n);
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_TRUE(same_float(io[i], vm::binary_f32(op, a[i], b[i])));
+        ASSERT_TRUE(same_float(io[i], ops::binary_f32(op, a[i], b[i])));
       io = b;
       binary_f32(op, io.data(), a.data(), 1, io.data(), 1, n);
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_TRUE(same_float(io[i], vm::binary_f32(op, a[i], b[i])));
+        ASSERT_TRUE(same_float(io[i], ops::binary_f32(op, a[i], b[i])));
     }
   }
 }
@@ -250,7 +252,7 @@ TEST(TileKernels, PowSquareFastPathIsExact) {
   std::vector<float> dst(a.size());
   binary_f32(BinaryOp::kPow, dst.data(), a.data(), 1, &two, 0, 4099);
   for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_TRUE(same_float(dst[i], vm::binary_f32(BinaryOp::kPow, a[i], 2.0f))) << a[i];
+    ASSERT_TRUE(same_float(dst[i], ops::binary_f32(BinaryOp::kPow, a[i], 2.0f))) << a[i];
   }
 }
 
@@ -267,12 +269,12 @@ TEST(TileKernels, MaxMinPropagateNaN) {
 }
 
 TEST(TileKernels, FloorDivRemainderF32Semantics) {
-  EXPECT_EQ(vm::binary_f32(BinaryOp::kFloorDiv, -7.0f, 2.0f), -4.0f);
-  EXPECT_EQ(vm::binary_f32(BinaryOp::kFloorDiv, 7.0f, -2.0f), -4.0f);
-  EXPECT_EQ(vm::binary_f32(BinaryOp::kRemainder, -7.0f, 2.0f), 1.0f);
-  EXPECT_EQ(vm::binary_f32(BinaryOp::kRemainder, 7.0f, -2.0f), -1.0f);
-  EXPECT_EQ(vm::binary_f32(BinaryOp::kFloorDiv, 1.0f, 0.0f), kInf);
-  EXPECT_TRUE(std::isnan(vm::binary_f32(BinaryOp::kRemainder, 1.0f, 0.0f)));
+  EXPECT_EQ(ops::binary_f32(BinaryOp::kFloorDiv, -7.0f, 2.0f), -4.0f);
+  EXPECT_EQ(ops::binary_f32(BinaryOp::kFloorDiv, 7.0f, -2.0f), -4.0f);
+  EXPECT_EQ(ops::binary_f32(BinaryOp::kRemainder, -7.0f, 2.0f), 1.0f);
+  EXPECT_EQ(ops::binary_f32(BinaryOp::kRemainder, 7.0f, -2.0f), -1.0f);
+  EXPECT_EQ(ops::binary_f32(BinaryOp::kFloorDiv, 1.0f, 0.0f), kInf);
+  EXPECT_TRUE(std::isnan(ops::binary_f32(BinaryOp::kRemainder, 1.0f, 0.0f)));
 }
 
 TEST(TileKernels, CompareF32) {
@@ -286,7 +288,7 @@ TEST(TileKernels, CompareF32) {
           std::vector<int32_t> dst(n + 1, 9);
           compare_f32(op, dst.data(), a.data(), ainc, b.data(), binc, n);
           for (int64_t i = 0; i < n; ++i) {
-            ASSERT_EQ(dst[i], vm::compare_f32(op, a[ainc ? i : 0], b[binc ? i : 0]))
+            ASSERT_EQ(dst[i], ops::compare_f32(op, a[ainc ? i : 0], b[binc ? i : 0]))
                 << binary_op_name(op) << where("", n, i, ainc, binc);
           }
           EXPECT_EQ(dst[n], 9);
@@ -353,11 +355,11 @@ void check_unary_int(KU kernel, SU spec) {
 }
 
 TEST(TileKernels, UnaryInt) {
-  check_unary_int<int32_t>(unary_i32, vm::unary_i32);
-  check_unary_int<int64_t>(unary_i64, vm::unary_i64);
-  EXPECT_EQ(vm::unary_i32(UnaryOp::kNeg, INT_MIN), INT_MIN);
-  EXPECT_EQ(vm::unary_i32(UnaryOp::kAbs, INT_MIN), INT_MIN);
-  EXPECT_EQ(vm::unary_i64(UnaryOp::kSign, -5), -1);
+  check_unary_int<int32_t>(unary_i32, ops::unary_i32);
+  check_unary_int<int64_t>(unary_i64, ops::unary_i64);
+  EXPECT_EQ(ops::unary_i32(UnaryOp::kNeg, INT_MIN), INT_MIN);
+  EXPECT_EQ(ops::unary_i32(UnaryOp::kAbs, INT_MIN), INT_MIN);
+  EXPECT_EQ(ops::unary_i64(UnaryOp::kSign, -5), -1);
 }
 
 TEST(TileKernels, PredicatesInt) {
@@ -370,8 +372,8 @@ TEST(TileKernels, PredicatesInt) {
         predicate_i32(op, d32.data(), a32.data(), ainc, n);
         predicate_i64(op, d64.data(), a64.data(), ainc, n);
         for (int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(d32[i], vm::predicate_i32(op, a32[ainc ? i : 0]));
-          ASSERT_EQ(d64[i], vm::predicate_i64(op, a64[ainc ? i : 0]));
+          ASSERT_EQ(d32[i], ops::predicate_i32(op, a32[ainc ? i : 0]));
+          ASSERT_EQ(d64[i], ops::predicate_i64(op, a64[ainc ? i : 0]));
         }
       }
     }
@@ -414,12 +416,12 @@ void check_binary_int(KB kernel, SB spec, KC kcmp, SC scmp) {
 }
 
 TEST(TileKernels, BinaryInt) {
-  check_binary_int<int32_t>(binary_i32, vm::binary_i32, compare_i32, vm::compare_i32);
-  check_binary_int<int64_t>(binary_i64, vm::binary_i64, compare_i64, vm::compare_i64);
+  check_binary_int<int32_t>(binary_i32, ops::binary_i32, compare_i32, ops::compare_i32);
+  check_binary_int<int64_t>(binary_i64, ops::binary_i64, compare_i64, ops::compare_i64);
 }
 
 TEST(TileKernels, IntegerSemantics) {
-  using vm::binary_i32;
+  using ops::binary_i32;
   EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, -7, 2), -4);
   EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, 7, -2), -4);
   EXPECT_EQ(binary_i32(BinaryOp::kFloorDiv, -8, 2), -4);
@@ -440,10 +442,10 @@ TEST(TileKernels, IntegerSemantics) {
   EXPECT_EQ(binary_i32(BinaryOp::kPow, -1, -3), -1);
   EXPECT_EQ(binary_i32(BinaryOp::kPow, -1, -4), 1);
   EXPECT_EQ(binary_i32(BinaryOp::kPow, 2, 31), INT_MIN);
-  EXPECT_EQ(vm::binary_i64(BinaryOp::kPow, -3, 3), -27);
-  EXPECT_EQ(vm::compare_i32(BinaryOp::kLogicalAnd, 2, -1), 1);
-  EXPECT_EQ(vm::compare_i32(BinaryOp::kLogicalOr, 0, 0), 0);
-  EXPECT_EQ(vm::compare_f32(BinaryOp::kLogicalAnd, kNaN, 1.0f), 1);
+  EXPECT_EQ(ops::binary_i64(BinaryOp::kPow, -3, 3), -27);
+  EXPECT_EQ(ops::compare_i32(BinaryOp::kLogicalAnd, 2, -1), 1);
+  EXPECT_EQ(ops::compare_i32(BinaryOp::kLogicalOr, 0, 0), 0);
+  EXPECT_EQ(ops::compare_f32(BinaryOp::kLogicalAnd, kNaN, 1.0f), 1);
 }
 
 // ------------------------------------------------------------------------------------------

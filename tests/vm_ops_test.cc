@@ -32,7 +32,7 @@ struct UnaryOpInfo {
   const char* name;
 };
 const std::vector<UnaryOpInfo> kUnaryOps = {
-#define DVM_UNARY(Name, mnemonic, float_only) {UnaryOp::k##Name, #Name},
+#define DVM_UNARY(Name, mnemonic, kind) {UnaryOp::k##Name, #Name},
 #include "dvm/ops.def"
 };
 
@@ -89,12 +89,12 @@ void set_float(Buffer& b, int64_t i, double v) {
       break;
     }
     case DType::kF16: {
-      uint16_t h = vm::f32_to_f16_bits(static_cast<float>(v));
+      uint16_t h = ops::f32_to_f16_bits(static_cast<float>(v));
       std::memcpy(p, &h, 2);
       break;
     }
     case DType::kBF16: {
-      uint16_t h = vm::f32_to_bf16_bits(static_cast<float>(v));
+      uint16_t h = ops::f32_to_bf16_bits(static_cast<float>(v));
       std::memcpy(p, &h, 2);
       break;
     }

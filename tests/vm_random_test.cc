@@ -56,7 +56,7 @@ struct Gen {
   V unary_step() {
     static std::vector<UnaryOp> ops;
     if (ops.empty()) {
-#define DVM_UNARY(Name, mnemonic, float_only) ops.push_back(UnaryOp::k##Name);
+#define DVM_UNARY(Name, mnemonic, kind) ops.push_back(UnaryOp::k##Name);
 #include "dvm/ops.def"
     }
     UnaryOp op = ops[pick(static_cast<int>(ops.size()))];

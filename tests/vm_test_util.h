@@ -12,7 +12,7 @@
 
 #include "dvm/runtime.h"
 #include "ir/kernel_def.h"
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::testing {
 
@@ -65,12 +65,12 @@ inline Buffer make_buffer(DType t, std::vector<int64_t> shape, std::mt19937& rng
         break;
       }
       case DType::kF16: {
-        uint16_t v = vm::f32_to_f16_bits(uf(rng));
+        uint16_t v = ops::f32_to_f16_bits(uf(rng));
         std::memcpy(p, &v, 2);
         break;
       }
       case DType::kBF16: {
-        uint16_t v = vm::f32_to_bf16_bits(uf(rng));
+        uint16_t v = ops::f32_to_bf16_bits(uf(rng));
         std::memcpy(p, &v, 2);
         break;
       }
@@ -118,7 +118,7 @@ inline DType dtype_of_output(const Kernel& k, int out) {
 }
 
 inline double element(const Buffer& b, int64_t i) {
-  return vm::load_element(b.bytes.data() + i * dtype_size(b.dtype), b.dtype);
+  return ops::load_element(b.bytes.data() + i * dtype_size(b.dtype), b.dtype);
 }
 
 struct Tolerance {

@@ -27,7 +27,7 @@
 namespace dvm {
 
 enum class UnaryOp : uint8_t {
-#define DVM_UNARY(Name, mnemonic, float_only) k##Name,
+#define DVM_UNARY(Name, mnemonic, kind) k##Name,
 #include "dvm/ops.def"
 };
 enum class BinaryOp : uint8_t {

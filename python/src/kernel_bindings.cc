@@ -17,7 +17,7 @@ namespace dvm::python {
 namespace {
 
 constexpr const char* kUnaryTableNames[] = {
-#define DVM_UNARY(Name, mnemonic, float_only) #Name,
+#define DVM_UNARY(Name, mnemonic, kind) #Name,
 #include "dvm/ops.def"
 };
 constexpr const char* kBinaryTableNames[] = {

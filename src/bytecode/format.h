@@ -38,6 +38,7 @@
 
 #include "dvm/dtype.h"
 #include "dvm/kernel.h"
+#include "ops/op_traits.h"
 
 namespace dvm::bc {
 
@@ -66,8 +67,30 @@ struct OpInfo {
 };
 extern const OpInfo kOpInfo[kNumOpcodes];
 
+// The elementwise opcodes: one per op of dvm/ops.def, in its order (isa.def). Ask these, never
+// compare an opcode with the start of the next section.
 inline constexpr int kFirstUnary = static_cast<int>(Opcode::kUNeg);
 inline constexpr int kFirstBinary = static_cast<int>(Opcode::kBAdd);
+static_assert(kFirstBinary == kFirstUnary + ops::kNumUnaryOps);
+constexpr bool is_unary(Opcode op) {
+  return static_cast<int>(op) >= kFirstUnary && static_cast<int>(op) < kFirstBinary;
+}
+constexpr bool is_binary(Opcode op) {
+  return static_cast<int>(op) >= kFirstBinary &&
+         static_cast<int>(op) < kFirstBinary + ops::kNumBinaryOps;
+}
+constexpr UnaryOp unary_of(Opcode op) {  // is_unary(op)
+  return static_cast<UnaryOp>(static_cast<int>(op) - kFirstUnary);
+}
+constexpr BinaryOp binary_of(Opcode op) {  // is_binary(op)
+  return static_cast<BinaryOp>(static_cast<int>(op) - kFirstBinary);
+}
+constexpr Opcode opcode_of(UnaryOp op) {
+  return static_cast<Opcode>(kFirstUnary + static_cast<int>(op));
+}
+constexpr Opcode opcode_of(BinaryOp op) {
+  return static_cast<Opcode>(kFirstBinary + static_cast<int>(op));
+}
 
 enum class OperandKind : uint8_t { kReg = 0, kDesc = 1, kConst = 2, kParam = 3 };
 enum class TileClass : uint8_t { kFull = 0, kRow = 1, kCol = 2, kScalar = 3 };
@@ -147,14 +170,12 @@ struct Instr {
 constexpr bool chain_body_op(const Instr& in) {
   if (in.ctype != CType::kF32) return false;
   if (in.op == Opcode::kFma) return in.flags == 0;
-  int op = static_cast<int>(in.op);
-  if (op >= kFirstUnary && op < kFirstBinary) {
-    auto u = static_cast<UnaryOp>(op - kFirstUnary);
-    bool pred = u == UnaryOp::kIsFinite || u == UnaryOp::kIsNan || u == UnaryOp::kLogicalNot;
-    return !pred && (in.flags == 0 || in.flags == kPreAdd || in.flags == kPreSub);
+  if (is_unary(in.op)) {
+    return !ops::is_predicate(unary_of(in.op)) &&
+           (in.flags == 0 || in.flags == kPreAdd || in.flags == kPreSub);
   }
-  if (op < kFirstBinary || op >= static_cast<int>(Opcode::kMatMul) || in.flags != 0) return false;
-  auto b = static_cast<BinaryOp>(op - kFirstBinary);
+  if (!is_binary(in.op) || in.flags != 0) return false;
+  BinaryOp b = binary_of(in.op);
   return b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul || b == BinaryOp::kDiv ||
          b == BinaryOp::kMaximum || b == BinaryOp::kMinimum;
 }

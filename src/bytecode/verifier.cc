@@ -11,10 +11,6 @@ namespace dvm::bc {
 
 namespace {
 
-constexpr bool kUnaryFloatOnly[] = {
-#define DVM_UNARY(Name, mnemonic, float_only) float_only != 0,
-#include "dvm/ops.def"
-};
 constexpr int kNumReduceOps = 0
 #define DVM_REDUCE(Name, mnemonic) +1
 #include "dvm/ops.def"
@@ -47,10 +43,6 @@ struct Use {
   TileClass cls;  // class a written register gets
 };
 
-bool is_pred(UnaryOp op) {
-  return op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
-}
-
 // The accumulator class of a reduction: the instruction's class less the reduced tile axes.
 TileClass acc_class(const Instr& in) {
   return make_class(class_has_rows(in.cls) && !aux_rows(in.aux),
@@ -63,7 +55,6 @@ int operand_uses(const Instr& in, Use* u) {
   const CType t = in.ctype;
   const Use src_a{'A', in.a, Access::kRead, Where::kAny, t, in.cls};
   const Use dst{'D', in.d, Access::kWrite, Where::kRegOrDesc, t, in.cls};
-  int op = static_cast<int>(in.op);
   switch (in.op) {
     case Opcode::kLoop:
     case Opcode::kEndLoop:
@@ -114,13 +105,13 @@ int operand_uses(const Instr& in, Use* u) {
       break;
   }
   u[0] = src_a;
-  if (op < kFirstUnary) {  // Mov, RoundF16, RoundBF16
+  if (!is_unary(in.op) && !is_binary(in.op)) {  // Mov, RoundF16, RoundBF16
     u[1] = dst;
     return 2;
   }
-  if (op < kFirstBinary) {
+  if (is_unary(in.op)) {
     u[1] = dst;
-    if (is_pred(static_cast<UnaryOp>(op - kFirstUnary))) u[1].type = CType::kI32;
+    if (ops::is_predicate(unary_of(in.op))) u[1].type = CType::kI32;
     if (in.flags == 0) return 2;
     u[1] = {'B', in.b, Access::kRead, Where::kAny, t, in.cls};  // op(A +/- B)
     u[2] = dst;
@@ -128,7 +119,7 @@ int operand_uses(const Instr& in, Use* u) {
   }
   u[1] = {'B', in.b, Access::kRead, Where::kAny, t, in.cls};
   u[2] = dst;
-  if (static_cast<BinaryOp>(op - kFirstBinary) >= BinaryOp::kEq) u[2].type = CType::kI32;
+  if (ops::returns_bool(binary_of(in.op))) u[2].type = CType::kI32;
   return 3;
 }
 
@@ -367,12 +358,10 @@ Status Verifier::check_fields(const Instr& in) const {
   if (static_cast<int>(in.ctype) > 2) return error("bad compute type");
   // The class field is two bits: every value names a class.
   if (p_.code[2 * pc_] >> 32) return error("reserved bits of word 0 are set");
-  int op = static_cast<int>(in.op);
   bool is_float = in.ctype == CType::kF32;
   // Flags exist only as the pre-op of f32 value-producing unary ops (their row kernel).
   if (in.flags != 0) {
-    bool unary = op >= kFirstUnary && op < kFirstBinary;
-    bool ok = unary && is_float && !is_pred(static_cast<UnaryOp>(op - kFirstUnary)) &&
+    bool ok = is_unary(in.op) && is_float && !ops::is_predicate(unary_of(in.op)) &&
               (in.flags == kPreAdd || in.flags == kPreSub);
     if (!ok) return error("flags " + std::to_string(in.flags) + " not valid for this op");
   }
@@ -398,7 +387,7 @@ Status Verifier::check_fields(const Instr& in) const {
     default:
       break;
   }
-  if (op >= kFirstUnary && op < kFirstBinary && !is_float && kUnaryFloatOnly[op - kFirstUnary])
+  if (is_unary(in.op) && !is_float && ops::is_float_only(unary_of(in.op)))
     return error("float-only op on an integer compute type");
   return Status::ok();
 }

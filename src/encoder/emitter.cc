@@ -4,14 +4,6 @@
 
 namespace dvm::enc {
 
-namespace {
-
-bool is_predicate(UnaryOp op) {
-  return op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
-}
-
-}  // namespace
-
 int Emitter::add_desc(int slot, DType dtype, int64_t offset, const int64_t* dom_stride) {
   bc::Descriptor d;
   d.slot = static_cast<uint16_t>(slot);
@@ -126,7 +118,7 @@ Operand Emitter::emit_compute(int i) {
   CType t = ctype_of(in.inputs[0]);
   switch (n.kind) {
     case OpKind::kUnary:
-      push(static_cast<bc::Opcode>(bc::kFirstUnary + n.op), t, cls, 0, d, srcs[0]);
+      push(bc::opcode_of(static_cast<UnaryOp>(n.op)), t, cls, 0, d, srcs[0]);
       break;
     case OpKind::kBinary: {
       TileClass dc = class_of(in.inputs[1]);
@@ -141,7 +133,7 @@ Operand Emitter::emit_compute(int i) {
         push(bc::Opcode::kBMul, t, cls, 0, d, srcs[0], r);
         break;
       }
-      push(static_cast<bc::Opcode>(bc::kFirstBinary + n.op), t, cls, 0, d, srcs[0], srcs[1]);
+      push(bc::opcode_of(static_cast<BinaryOp>(n.op)), t, cls, 0, d, srcs[0], srcs[1]);
       break;
     }
     case OpKind::kSelect:
@@ -362,12 +354,8 @@ bool writes_result(const bc::Instr& in) {
 
 CType result_ctype(const bc::Instr& in) {
   if (in.op == bc::Opcode::kCast) return static_cast<CType>(in.aux);
-  int op = static_cast<int>(in.op);
-  if (op >= bc::kFirstBinary && static_cast<BinaryOp>(op - bc::kFirstBinary) >= BinaryOp::kEq)
-    return CType::kI32;
-  if (op >= bc::kFirstUnary && op < bc::kFirstBinary &&
-      is_predicate(static_cast<UnaryOp>(op - bc::kFirstUnary)))
-    return CType::kI32;
+  if (bc::is_binary(in.op) && ops::returns_bool(bc::binary_of(in.op))) return CType::kI32;
+  if (bc::is_unary(in.op) && ops::is_predicate(bc::unary_of(in.op))) return CType::kI32;
   return in.ctype;
 }
 
@@ -445,10 +433,9 @@ void Emitter::pre_op_peephole() {
   count_uses(code_, num_vregs_, &reads, &def_at);
   std::vector<bool> dead(code_.size(), false);
   for (bc::Instr& in : code_) {
-    int op = static_cast<int>(in.op);
-    if (op < bc::kFirstUnary || op >= bc::kFirstBinary || in.ctype != CType::kF32 ||
-        in.flags != 0 || in.a.kind != bc::OperandKind::kReg || reads[in.a.index] != 1 ||
-        is_predicate(static_cast<UnaryOp>(op - bc::kFirstUnary)))
+    if (!bc::is_unary(in.op) || in.ctype != CType::kF32 || in.flags != 0 ||
+        in.a.kind != bc::OperandKind::kReg || reads[in.a.index] != 1 ||
+        ops::is_predicate(bc::unary_of(in.op)))
       continue;
     int at = def_at[in.a.index];
     if (at < 0 || dead[at]) continue;

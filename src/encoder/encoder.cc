@@ -10,35 +10,7 @@
 
 namespace dvm::enc {
 
-namespace {
-
-std::shared_ptr<vm::LoadedProgram> load_program(bc::Program p) {
-  auto lp = std::make_shared<vm::LoadedProgram>();
-  lp->program = std::move(p);
-  const bc::Program& prog = lp->program;
-  lp->instrs.reserve(prog.num_instrs());
-  lp->loop_end.assign(prog.num_instrs(), -1);
-  std::vector<int32_t> open;
-  for (size_t i = 0; i < prog.num_instrs(); ++i) {
-    lp->instrs.push_back(prog.instr(i));
-    if (lp->instrs.back().op == bc::Opcode::kLoop) open.push_back(static_cast<int32_t>(i));
-    if (lp->instrs.back().op == bc::Opcode::kMatMul) {
-      lp->work_per_elem = std::max(lp->work_per_elem, prog.axes[lp->instrs.back().aux].extent);
-    }
-    if (lp->instrs.back().op == bc::Opcode::kEndLoop && !open.empty()) {
-      lp->loop_end[open.back()] = static_cast<int32_t>(i);
-      lp->loop_end[i] = open.back();
-      open.pop_back();
-    }
-  }
-  for (size_t a = 0; a < prog.axes.size(); ++a) {
-    if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
-    if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
-  }
-  return lp;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Status Encoder::emit_stage(int stage, EncodedKernel* out) {
   Stage& st = stages_[stage];
@@ -64,7 +36,7 @@ Status Encoder::emit_stage(int stage, EncodedKernel* out) {
   }
   Layout L;
   fold_axes(st, sets, ref, &L);
-  choose_tiling(&L, opt_.num_threads, st.partial);
+  choose_tiling(&L, *opt_.target, opt_.num_threads, st.partial);
   int num_slots = static_cast<int>(inputs_.size() + outputs_.size() + workspaces_.size());
   Emitter em(def_, b_, st, L, num_slots);
   DVM_RETURN_IF_ERROR(em.emit());
@@ -79,7 +51,7 @@ Status Encoder::emit_stage(int stage, EncodedKernel* out) {
     u.second = std::max(u.second, spans[s].second);
   }
   out->bytes_moved += em.bytes_moved();
-  out->programs.push_back(load_program(std::move(prog)));
+  out->programs.push_back(std::move(prog));
   return Status::ok();
 }
 
@@ -107,6 +79,7 @@ Status Encoder::run(EncodedKernel* out) {
 Status encode(const ir::KernelDef& def, const ir::Binding& binding,
               std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
               const EncodeOptions& options, EncodedKernel* out) {
+  if (options.target == nullptr) return internal_error(def.name + ": encode without a target");
   Encoder e(def, binding, inputs, outputs, options);
   return e.run(out);
 }

@@ -13,18 +13,21 @@
 #include <span>
 #include <vector>
 
+#include "bytecode/format.h"
+#include "bytecode/target.h"
 #include "ir/kernel_def.h"
-#include "vm/interpreter.h"
 
 namespace dvm::enc {
 
 struct EncodeOptions {
   int num_threads = 1;
+  const bc::Target* target = nullptr;  // the backend the programs are for (required)
 };
 
-// Slots: [0, inputs) inputs, then outputs, then workspaces.
+// Slots: [0, inputs) inputs, then outputs, then workspaces. Verified programs are all the
+// encoder hands to a backend (the CPU VM loads them with vm::load).
 struct EncodedKernel {
-  std::vector<std::shared_ptr<const vm::LoadedProgram>> programs;
+  std::vector<bc::Program> programs;
   std::vector<int64_t> workspace_bytes;  // one per workspace slot
   int num_inputs = 0;
   int num_outputs = 0;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "vm/cpu/gemm.h"
-
 namespace dvm::enc {
 
 int64_t order_key(int64_t stride) {
@@ -105,15 +103,13 @@ void build_axes(const std::vector<int64_t>& chunk, Layout* L) {
 }
 
 // A matmul stage's tile is the GEMM kernel's preferred output block, shrunk for parallelism.
-void choose_matmul_tiling(Layout* L, int threads) {
+void choose_matmul_tiling(Layout* L, const bc::Target& target, int threads) {
   int n = static_cast<int>(L->axes.size());
   std::vector<int64_t> chunk(n, 1);
   for (int a = 0; a < n; ++a) {
     if (L->axes[a].mm_role == 1) L->row = a;
     if (L->axes[a].mm_role == 2) L->col = a;
   }
-  vm::cpu::GemmTile t = vm::cpu::gemm_preferred_tile();
-  vm::cpu::GemmTile micro = vm::cpu::gemm_micro_tile();
   // Equal chunks (rounded up to the micro-tile) rather than full tiles plus a small tail:
   // blocks are dealt to threads in contiguous ranges, so a 112 + 16 row split of M = 128
   // would leave one thread idle most of the time.
@@ -123,10 +119,10 @@ void choose_matmul_tiling(Layout* L, int threads) {
     int64_t c = (extent + parts - 1) / parts;
     return std::min(pref, (c + align - 1) / align * align);
   };
-  chunk[L->row] = balanced(L->axes[L->row].extent, t.m, micro.m);
-  // Column chunks are whole GEMM panels (micro.n columns): a cached packed B (constant
+  chunk[L->row] = balanced(L->axes[L->row].extent, target.matmul_tile_m, target.matmul_micro_m);
+  // Column chunks are whole GEMM panels (matmul_micro_n columns): a cached packed B (constant
   // weights, vm/weight_cache.h) serves only tiles that start on a panel boundary.
-  chunk[L->col] = balanced(L->axes[L->col].extent, t.n, micro.n);
+  chunk[L->col] = balanced(L->axes[L->col].extent, target.matmul_tile_n, target.matmul_micro_n);
   // A row-wise reduction in the tile needs whole rows (a single pass).
   if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
   // More blocks for the threads: each block packs its own K x cols slice of B and rows x K
@@ -134,9 +130,11 @@ void choose_matmul_tiling(Layout* L, int threads) {
   // whose split repacks less (small M, e.g. decode and short sequences: split N).
   while (grid_size(*L, chunk) < 2 * threads) {
     bool can_rows = chunk[L->row] >= 32;
-    bool can_cols = chunk[L->col] >= 2 * micro.n && !L->axes[L->col].reduced;  // rows stay whole
+    bool can_cols =
+        chunk[L->col] >= 2 * target.matmul_micro_n && !L->axes[L->col].reduced;  // rows stay whole
     if (can_cols && (!can_rows || chunk[L->row] < chunk[L->col])) {
-      chunk[L->col] = (chunk[L->col] / 2 + micro.n - 1) / micro.n * micro.n;
+      chunk[L->col] = (chunk[L->col] / 2 + target.matmul_micro_n - 1) / target.matmul_micro_n *
+                      target.matmul_micro_n;
     } else if (can_rows) {
       chunk[L->row] = (chunk[L->row] + 1) / 2;
     } else {
@@ -147,10 +145,10 @@ void choose_matmul_tiling(Layout* L, int threads) {
   build_axes(chunk, L);
 }
 
-void choose_tiling(Layout* L, int threads, bool partial) {
+void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial) {
   for (const FinalAxis& f : L->axes) {
     if (f.mm_role != 0) {
-      choose_matmul_tiling(L, threads);
+      choose_matmul_tiling(L, target, threads);
       return;
     }
   }

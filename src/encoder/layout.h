@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "bytecode/target.h"
 #include "encoder/stage.h"
 
 namespace dvm::enc {
@@ -36,7 +37,7 @@ struct StrideSet {
 // axes whose every access is contiguous across them.
 void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Layout* L);
 // Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
-void choose_tiling(Layout* L, int threads, bool partial);
+void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial);
 int64_t round16(int64_t x);
 
 }  // namespace dvm::enc

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::exec {
 
@@ -177,12 +177,12 @@ void fill(const TensorArg& out, double value) {
       break;
     }
     case DType::kF16: {
-      uint16_t h = vm::f32_to_f16_bits(static_cast<float>(value));
+      uint16_t h = ops::f32_to_f16_bits(static_cast<float>(value));
       std::memcpy(bytes, &h, 2);
       break;
     }
     case DType::kBF16: {
-      uint16_t h = vm::f32_to_bf16_bits(static_cast<float>(value));
+      uint16_t h = ops::f32_to_bf16_bits(static_cast<float>(value));
       std::memcpy(bytes, &h, 2);
       break;
     }

@@ -8,16 +8,13 @@
 #include <utility>
 
 #include "graph/graph_def.h"
-#include "vm/scalar_ops.h"
+#include "ops/dtype_rules.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::graph {
 
 namespace {
 
-constexpr int kUnaryFloatOnly[] = {
-#define DVM_UNARY(Name, mnemonic, float_only) float_only,
-#include "dvm/ops.def"
-};
 Status fail(const GraphDef& g, const Node& n, const std::string& msg) {
   return invalid_argument(g.name + ": " + graph_op_name(n.op) + ": " + msg);
 }
@@ -79,12 +76,7 @@ Status normalize_axes(const GraphDef& g, const Node& n, int rank, std::vector<in
 }
 
 Status infer_unary(const GraphDef& g, Node& n) {
-  auto op = static_cast<UnaryOp>(n.sub);
-  DType t = in(g, n, 0).dtype;
-  bool predicate = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
-  if (kUnaryFloatOnly[n.sub] && !is_float(t)) t = DType::kF32;
-  if (t == DType::kBool && !predicate) t = DType::kI32;
-  n.dtype = predicate ? DType::kBool : t;
+  n.dtype = ops::unary_result_dtype(static_cast<UnaryOp>(n.sub), in(g, n, 0).dtype);
   n.shape = in(g, n, 0).shape;
   return Status::ok();
 }
@@ -198,7 +190,7 @@ Status infer_reduce(const GraphDef& g, Node& n) {
   bool arg = op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
   if (arg && n.ints.size() != 1) return fail(g, n, "exactly one axis required");
   DType t = x.dtype;
-  if (op == ReduceOp::kMean) t = vm::float_dtype(t);
+  if (op == ReduceOp::kMean) t = ops::float_dtype(t);
   if (t == DType::kBool && (op == ReduceOp::kSum || op == ReduceOp::kProd)) t = DType::kI64;
   n.dtype = arg ? DType::kI64 : t;
   n.shape.clear();
@@ -277,7 +269,7 @@ Status infer_norm(const GraphDef& g, Node& n) {
                       " does not match the normalised dims " + shape_str(tail));
     }
   }
-  n.dtype = vm::float_dtype(x.dtype);
+  n.dtype = ops::float_dtype(x.dtype);
   n.shape = x.shape;
   return Status::ok();
 }
@@ -330,7 +322,7 @@ Status infer_attention(const GraphDef& g, Node& n) {
   // Grouped-query attention: q's heads (the axis before the sequence) a multiple of k's.
   if (attention_groups(q, k) > 1) kb[kb.size() - 1] = qb.back();
   DVM_RETURN_IF_ERROR(broadcast(g, n, qb, kb, &n.shape));
-  n.dtype = vm::float_dtype(in(g, n, 0).dtype);
+  n.dtype = ops::float_dtype(in(g, n, 0).dtype);
   n.shape.push_back(q[q.size() - 2]);
   n.shape.push_back(v.back());
   return Status::ok();
@@ -345,11 +337,11 @@ Status infer_composite(const GraphDef& g, Node& n) {
       [[fallthrough]];
     case GraphOp::kGelu:
     case GraphOp::kSilu:
-      n.dtype = vm::float_dtype(x.dtype);
+      n.dtype = ops::float_dtype(x.dtype);
       n.shape = x.shape;
       return Status::ok();
     case GraphOp::kSwiglu:
-      n.dtype = vm::float_dtype(promote_types(x.dtype, in(g, n, 1).dtype));
+      n.dtype = ops::float_dtype(promote_types(x.dtype, in(g, n, 1).dtype));
       return broadcast(g, n, x.shape, in(g, n, 1).shape, &n.shape);
     case GraphOp::kLayerNorm:
     case GraphOp::kRmsNorm:
@@ -374,7 +366,7 @@ Status infer_composite(const GraphDef& g, Node& n) {
       DVM_RETURN_IF_ERROR(infer_reduce(g, r));
       n.ints = r.ints;
       n.shape = r.shape;
-      n.dtype = vm::float_dtype(x.dtype);
+      n.dtype = ops::float_dtype(x.dtype);
       return Status::ok();
     }
     case GraphOp::kCrossEntropy: {
@@ -385,7 +377,7 @@ Status infer_composite(const GraphDef& g, Node& n) {
                     "needs logits [N, C] and integer targets [N], got " + shape_str(x.shape) +
                         " and " + shape_str(t.shape));
       }
-      n.dtype = vm::float_dtype(x.dtype);
+      n.dtype = ops::float_dtype(x.dtype);
       n.shape = {};
       return Status::ok();
     }
@@ -412,8 +404,8 @@ Status infer_meta(const GraphDef& g, Node& n) {
     case GraphOp::kUnary:
       return infer_unary(g, n);
     case GraphOp::kBinary:
-      n.dtype = vm::binary_result_dtype(static_cast<BinaryOp>(n.sub), in(g, n, 0).dtype,
-                                        in(g, n, 1).dtype);
+      n.dtype = ops::binary_result_dtype(static_cast<BinaryOp>(n.sub), in(g, n, 0).dtype,
+                                         in(g, n, 1).dtype);
       return broadcast(g, n, in(g, n, 0).shape, in(g, n, 1).shape, &n.shape);
     case GraphOp::kSelect: {
       SymShape s;

@@ -7,24 +7,11 @@
 #include <sstream>
 
 #include "graph/graph_def.h"
+#include "ops/op_traits.h"
 
 namespace dvm {
 
 namespace {
-
-// The op counts of ops.def (the names come from unary_op_name() and friends).
-constexpr int kNumUnary = 0
-#define DVM_UNARY(Name, mnemonic, float_only) +1
-#include "dvm/ops.def"
-    ;
-constexpr int kNumBinary = 0
-#define DVM_BINARY(Name, mnemonic, kind) +1
-#include "dvm/ops.def"
-    ;
-constexpr int kNumReduce = 0
-#define DVM_REDUCE(Name, mnemonic) +1
-#include "dvm/ops.def"
-    ;
 
 // Index of the op whose name(op) is `s`, or -1.
 template <typename Op>
@@ -294,9 +281,9 @@ Status Parser::parse_node(std::string_view line) {
   if (!found) return error("unknown op '" + std::string(op) + "'");
   if (dot != std::string_view::npos) {
     std::string_view sub = op.substr(dot + 1);
-    n.sub = n.op == GraphOp::kUnary    ? find_name(kNumUnary, unary_op_name, sub)
-            : n.op == GraphOp::kBinary ? find_name(kNumBinary, binary_op_name, sub)
-            : n.op == GraphOp::kReduce ? find_name(kNumReduce, reduce_op_name, sub)
+    n.sub = n.op == GraphOp::kUnary    ? find_name(ops::kNumUnaryOps, unary_op_name, sub)
+            : n.op == GraphOp::kBinary ? find_name(ops::kNumBinaryOps, binary_op_name, sub)
+            : n.op == GraphOp::kReduce ? find_name(ops::kNumReduceOps, reduce_op_name, sub)
                                        : -1;
     if (n.sub < 0) return error("unknown op '" + std::string(op) + "'");
   }

@@ -5,21 +5,14 @@
 #include <sstream>
 
 #include "ir/kernel_def.h"
+#include "ops/dtype_rules.h"
 
 namespace dvm {
 
 namespace {
 
-constexpr int kUnaryFloatOnly[] = {
-#define DVM_UNARY(Name, mnemonic, float_only) float_only,
-#include "dvm/ops.def"
-};
-constexpr int kBinaryKind[] = {
-#define DVM_BINARY(Name, mnemonic, kind) kind,
-#include "dvm/ops.def"
-};
 constexpr const char* kUnaryNames[] = {
-#define DVM_UNARY(Name, mnemonic, float_only) mnemonic,
+#define DVM_UNARY(Name, mnemonic, kind) mnemonic,
 #include "dvm/ops.def"
 };
 constexpr const char* kBinaryNames[] = {
@@ -210,19 +203,11 @@ void KernelBuilder::store(const std::string& name, Value value, DType dtype) {
 Value KernelBuilder::unary(UnaryOp op, Value x) {
   if (!impl_->check_value(x, unary_op_name(op))) return {};
   DType t = impl_->node(x).dtype;
-  bool predicate = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
-  if (kUnaryFloatOnly[static_cast<int>(op)] && !is_float(t)) {
-    x = impl_->cast_to(x, DType::kF32);
-    t = DType::kF32;
-  }
-  if (t == DType::kBool && !predicate) {
-    x = impl_->cast_to(x, DType::kI32);  // arithmetic on bool computes as integers
-    t = DType::kI32;
-  }
+  x = impl_->cast_to(x, ops::unary_operand_dtype(op, t));
   ir::Node n;
   n.kind = ir::OpKind::kUnary;
   n.op = static_cast<uint8_t>(op);
-  n.dtype = predicate ? DType::kBool : t;
+  n.dtype = ops::unary_result_dtype(op, t);
   n.inputs = {x.id};
   n.shape = impl_->node(x).shape;
   return impl_->add(std::move(n));
@@ -231,21 +216,14 @@ Value KernelBuilder::unary(UnaryOp op, Value x) {
 Value KernelBuilder::binary(BinaryOp op, Value a, Value b) {
   if (!impl_->check_value(a, binary_op_name(op)) || !impl_->check_value(b, binary_op_name(op)))
     return {};
-  int kind = kBinaryKind[static_cast<int>(op)];
-  DType t = promote_types(impl_->node(a).dtype, impl_->node(b).dtype);
-  if (kind == 2) {
-    t = DType::kBool;
-  } else if (op == BinaryOp::kDiv && !is_float(t)) {
-    t = DType::kF32;  // true division
-  } else if (kind == 0 && t == DType::kBool) {
-    t = DType::kI32;
-  }
+  DType ta = impl_->node(a).dtype, tb = impl_->node(b).dtype;
+  DType t = ops::binary_operand_dtype(op, ta, tb);
   a = impl_->cast_to(a, t);
   b = impl_->cast_to(b, t);
   ir::Node n;
   n.kind = ir::OpKind::kBinary;
   n.op = static_cast<uint8_t>(op);
-  n.dtype = kind == 0 ? t : DType::kBool;
+  n.dtype = ops::binary_result_dtype(op, ta, tb);
   n.inputs = {a.id, b.id};
   if (!impl_->broadcast_shapes(binary_op_name(op), impl_->node(a).shape, impl_->node(b).shape,
                                &n.shape))

@@ -5,7 +5,8 @@
 #include <algorithm>
 
 #include "lazy/lazy_internal.h"
-#include "vm/scalar_ops.h"
+#include "ops/dtype_rules.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::lazy::detail {
 
@@ -235,7 +236,7 @@ Status infer_reduce(Node& n) {
   bool arg = op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
   if (arg && n.ints.size() != 1) return fail(n, "exactly one axis required");
   DType t = x.dtype;
-  if (op == ReduceOp::kMean) t = vm::float_dtype(t);
+  if (op == ReduceOp::kMean) t = ops::float_dtype(t);
   if (t == DType::kBool && (op == ReduceOp::kSum || op == ReduceOp::kProd)) t = DType::kI64;
   n.dtype = arg ? DType::kI64 : t;
   n.shape.clear();
@@ -300,7 +301,7 @@ Status infer_norm(Node& n) {
                          " does not match the normalised dims " + shape_str(tail));
     }
   }
-  n.dtype = vm::float_dtype(x.dtype);
+  n.dtype = ops::float_dtype(x.dtype);
   n.shape = x.shape;
   return Status::ok();
 }
@@ -331,7 +332,7 @@ Status infer_attention(Node& n) {
     return fail(
         n, "q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) + " do not match");
   }
-  n.dtype = vm::float_dtype(in(n, 0).dtype);
+  n.dtype = ops::float_dtype(in(n, 0).dtype);
   n.shape = q;
   n.shape.back() = v.back();
   return Status::ok();
@@ -346,11 +347,11 @@ Status infer_composite(Node& n) {
       [[fallthrough]];
     case GraphOp::kGelu:
     case GraphOp::kSilu:
-      n.dtype = vm::float_dtype(x.dtype);
+      n.dtype = ops::float_dtype(x.dtype);
       n.shape = x.shape;
       return Status::ok();
     case GraphOp::kSwiglu:
-      n.dtype = vm::float_dtype(promote_types(x.dtype, in(n, 1).dtype));
+      n.dtype = ops::float_dtype(promote_types(x.dtype, in(n, 1).dtype));
       return broadcast(n, x.shape, in(n, 1).shape, &n.shape);
     case GraphOp::kLayerNorm:
     case GraphOp::kRmsNorm:
@@ -376,7 +377,7 @@ Status infer_composite(Node& n) {
         if (!reduced) n.shape.push_back(x.shape[i]);
         if (reduced && n.flag) n.shape.push_back(1);
       }
-      n.dtype = vm::float_dtype(x.dtype);
+      n.dtype = ops::float_dtype(x.dtype);
       return Status::ok();
     }
     case GraphOp::kCrossEntropy: {
@@ -386,7 +387,7 @@ Status infer_composite(Node& n) {
         return fail(n, "needs logits [N, C] and integer targets [N], got " + shape_str(x.shape) +
                            " and " + shape_str(t.shape));
       }
-      n.dtype = vm::float_dtype(x.dtype);
+      n.dtype = ops::float_dtype(x.dtype);
       n.shape = {};
       return Status::ok();
     }
@@ -410,18 +411,13 @@ Status infer(Node& n, const std::vector<int64_t>& shape_attr) {
       n.shape = {};
       return Status::ok();
     case GraphOp::kUnary: {
-      auto op = static_cast<UnaryOp>(n.sub);
-      DType t = in(n, 0).dtype;
-      bool pred = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
-      if (vm::is_float_only(op) && !is_float(t)) t = DType::kF32;
-      if (t == DType::kBool && !pred) t = DType::kI32;
-      n.dtype = pred ? DType::kBool : t;
+      n.dtype = ops::unary_result_dtype(static_cast<UnaryOp>(n.sub), in(n, 0).dtype);
       n.shape = in(n, 0).shape;
       return Status::ok();
     }
     case GraphOp::kBinary:
       n.dtype =
-          vm::binary_result_dtype(static_cast<BinaryOp>(n.sub), in(n, 0).dtype, in(n, 1).dtype);
+          ops::binary_result_dtype(static_cast<BinaryOp>(n.sub), in(n, 0).dtype, in(n, 1).dtype);
       return broadcast(n, in(n, 0).shape, in(n, 1).shape, &n.shape);
     case GraphOp::kSelect: {
       Shape s;

@@ -6,7 +6,7 @@
 #include "exec/native_ops.h"
 #include "exec/views.h"
 #include "lazy/lazy_internal.h"
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::lazy {
 
@@ -152,7 +152,7 @@ double read_element(const TensorArg& a, int64_t flat) {
     flat = a.shape[d] ? flat / a.shape[d] : 0;
     off += i * a.strides[d];
   }
-  return vm::load_element(static_cast<const char*>(a.data) + off * dtype_size(a.dtype), a.dtype);
+  return ops::load_element(static_cast<const char*>(a.data) + off * dtype_size(a.dtype), a.dtype);
 }
 
 std::string format_number(double v, DType t) {

@@ -3,8 +3,8 @@
 // so folding never changes a result. f16/bf16 constants and symbolic scalars are left alone.
 #include <optional>
 
+#include "ops/scalar_ops.h"
 #include "passes/passes.h"
-#include "vm/scalar_ops.h"
 
 namespace dvm::passes {
 
@@ -34,17 +34,17 @@ double convert(double v, DType t) {
 }
 
 std::optional<double> fold_unary(UnaryOp op, DType in, DType out, double x) {
-  bool pred = vm::is_predicate(op);
+  bool pred = ops::is_predicate(op);
   switch (compute_type(in)) {
     case CType::kF32:
-      return pred ? vm::predicate_f32(op, static_cast<float>(x))
-                  : convert(vm::unary_f32(op, static_cast<float>(x)), out);
+      return pred ? ops::predicate_f32(op, static_cast<float>(x))
+                  : convert(ops::unary_f32(op, static_cast<float>(x)), out);
     case CType::kI32:
-      return pred ? vm::predicate_i32(op, static_cast<int32_t>(x))
-                  : convert(vm::unary_i32(op, static_cast<int32_t>(x)), out);
+      return pred ? ops::predicate_i32(op, static_cast<int32_t>(x))
+                  : convert(ops::unary_i32(op, static_cast<int32_t>(x)), out);
     case CType::kI64:
-      return pred ? vm::predicate_i64(op, static_cast<int64_t>(x))
-                  : convert(static_cast<double>(vm::unary_i64(op, static_cast<int64_t>(x))), out);
+      return pred ? ops::predicate_i64(op, static_cast<int64_t>(x))
+                  : convert(static_cast<double>(ops::unary_i64(op, static_cast<int64_t>(x))), out);
   }
   return std::nullopt;
 }
@@ -52,15 +52,15 @@ std::optional<double> fold_unary(UnaryOp op, DType in, DType out, double x) {
 std::optional<double> fold_binary(BinaryOp op, DType operand, DType out, double a, double b) {
   switch (compute_type(operand)) {
     case CType::kF32:
-      return convert(vm::binary_f32(op, static_cast<float>(a), static_cast<float>(b)), out);
+      return convert(ops::binary_f32(op, static_cast<float>(a), static_cast<float>(b)), out);
     case CType::kI32:
-      return convert(vm::binary_i32(op, static_cast<int32_t>(a), static_cast<int32_t>(b)), out);
+      return convert(ops::binary_i32(op, static_cast<int32_t>(a), static_cast<int32_t>(b)), out);
     case CType::kI64: {
       // i64 values beyond 2^53 do not survive a double: leave those unfolded.
       if (std::abs(a) > 9.0e15 || std::abs(b) > 9.0e15) return std::nullopt;
-      return convert(
-          static_cast<double>(vm::binary_i64(op, static_cast<int64_t>(a), static_cast<int64_t>(b))),
-          out);
+      return convert(static_cast<double>(
+                         ops::binary_i64(op, static_cast<int64_t>(a), static_cast<int64_t>(b))),
+                     out);
     }
   }
   return std::nullopt;

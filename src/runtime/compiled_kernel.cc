@@ -15,6 +15,7 @@
 #include "encoder/encoder.h"
 #include "ir/kernel_def.h"
 #include "runtime/arg_checks.h"
+#include "vm/interpreter.h"
 
 namespace dvm {
 
@@ -68,12 +69,17 @@ struct CompiledKernel::Impl {
   // position being written, before it is written, so that output may be the input's view.
   bool in_place_ok = false;
   mutable std::mutex mu;
-  mutable std::unordered_map<Key, std::shared_ptr<const enc::EncodedKernel>, KeyHash> cache;
+  // A binding's encoded kernel and its programs as the VM loaded them.
+  struct Encoded {
+    enc::EncodedKernel kernel;
+    std::vector<std::shared_ptr<const vm::LoadedProgram>> loaded;
+  };
+  mutable std::unordered_map<Key, std::shared_ptr<const Encoded>, KeyHash> cache;
 
-  StatusOr<std::shared_ptr<const enc::EncodedKernel>> lookup(std::span<const TensorArg> inputs,
-                                                             std::span<const TensorArg> outputs,
-                                                             std::span<const ScalarArg> params,
-                                                             RunStats* stats) const;
+  StatusOr<std::shared_ptr<const Encoded>> lookup(std::span<const TensorArg> inputs,
+                                                  std::span<const TensorArg> outputs,
+                                                  std::span<const ScalarArg> params,
+                                                  RunStats* stats) const;
   Status check_fast(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                     std::span<const ScalarArg> params) const;
 };
@@ -156,7 +162,7 @@ Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
   return Status::ok();
 }
 
-StatusOr<std::shared_ptr<const enc::EncodedKernel>> CompiledKernel::Impl::lookup(
+StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::Impl::lookup(
     std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
     std::span<const ScalarArg> params, RunStats* stats) const {
   thread_local Key key;
@@ -176,19 +182,21 @@ StatusOr<std::shared_ptr<const enc::EncodedKernel>> CompiledKernel::Impl::lookup
   ir::Binding binding;
   DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
   DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, params));
-  auto encoded = std::make_shared<enc::EncodedKernel>();
+  auto encoded = std::make_shared<Encoded>();
   enc::EncodeOptions eo;
   eo.num_threads = threads;
-  DVM_RETURN_IF_ERROR(enc::encode(def, binding, inputs, outputs, eo, encoded.get()));
+  eo.target = &vm::cpu_target();
+  DVM_RETURN_IF_ERROR(enc::encode(def, binding, inputs, outputs, eo, &encoded->kernel));
+  for (const bc::Program& p : encoded->kernel.programs) encoded->loaded.push_back(vm::load(p));
   if (stats) stats->encode_us = now_us() - t0;
   if (base::env().dump_bytecode) {
-    for (const auto& p : encoded->programs)
-      std::fprintf(stderr, "%s\n", bc::disassemble(p->program).c_str());
+    for (const auto& p : encoded->kernel.programs)
+      std::fprintf(stderr, "%s\n", bc::disassemble(p).c_str());
   }
   std::lock_guard<std::mutex> lock(mu);
   if (cache.size() >= options.cache_capacity) cache.clear();
   cache.emplace(key, encoded);
-  return std::shared_ptr<const enc::EncodedKernel>(encoded);
+  return std::shared_ptr<const Encoded>(encoded);
 }
 
 Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
@@ -207,12 +215,13 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
   DVM_RETURN_IF_ERROR(
       runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs, impl_->in_place_ok));
   if (stats) *stats = RunStats{};
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Impl::Encoded> enc,
                        impl_->lookup(inputs, outputs, params, stats));
+  const enc::EncodedKernel& ek = enc->kernel;
   // Relocation: the programs address slots; bind this call's pointers and prove the spans
   // the verifier computed lie inside this call's storage.
   const ir::KernelDef& def = impl_->kernel.def();
-  size_t nslots = ek->slot_spans.size();
+  size_t nslots = ek.slot_spans.size();
   thread_local std::vector<void*> slots;
   thread_local std::vector<uint64_t> versions;
   thread_local std::vector<std::vector<char>> workspaces;
@@ -220,9 +229,9 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
   versions.assign(nslots, 0);
   bool any_version = false;
   size_t io = inputs.size() + outputs.size();
-  if (workspaces.size() < ek->workspace_bytes.size()) workspaces.resize(ek->workspace_bytes.size());
+  if (workspaces.size() < ek.workspace_bytes.size()) workspaces.resize(ek.workspace_bytes.size());
   for (size_t s = 0; s < nslots; ++s) {
-    auto [lo, hi] = ek->slot_spans[s];
+    auto [lo, hi] = ek.slot_spans[s];
     int64_t storage;
     if (s < io) {
       const TensorArg& t = s < inputs.size() ? inputs[s] : outputs[s - inputs.size()];
@@ -235,10 +244,10 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
       }
     } else {
       auto& ws = workspaces[s - io];
-      size_t bytes = static_cast<size_t>(ek->workspace_bytes[s - io]);
+      size_t bytes = static_cast<size_t>(ek.workspace_bytes[s - io]);
       if (ws.size() < bytes) ws.resize(bytes);
       slots[s] = ws.data();
-      storage = ek->workspace_bytes[s - io];  // bytes >= elements: checked below per dtype
+      storage = ek.workspace_bytes[s - io];  // bytes >= elements: checked below per dtype
     }
     if (lo > hi) continue;
     if (slots[s] == nullptr || lo < 0 || hi >= storage) {
@@ -258,13 +267,13 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
     consts[i].i32 = static_cast<int32_t>(static_cast<uint64_t>(iv));
   }
   vm::LaunchArgs args{slots.data(), consts.data(), any_version ? versions.data() : nullptr};
-  for (const auto& p : ek->programs) {
+  for (const auto& p : enc->loaded) {
     vm::launch(*p, args, impl_->threads);
     if (stats) stats->blocks += p->program.grid;
   }
   if (stats) {
-    stats->programs = static_cast<int>(ek->programs.size());
-    stats->bytes_moved = ek->bytes_moved;
+    stats->programs = static_cast<int>(ek.programs.size());
+    stats->bytes_moved = ek.bytes_moved;
   }
   return Status::ok();
 }
@@ -285,10 +294,10 @@ StatusOr<std::vector<std::vector<int64_t>>> CompiledKernel::infer_output_shapes(
 StatusOr<std::string> CompiledKernel::disassemble(std::span<const TensorArg> inputs,
                                                   std::span<const TensorArg> outputs) const {
   std::vector<ScalarArg> no_params(impl_->kernel.num_params());
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const enc::EncodedKernel> ek,
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Impl::Encoded> enc,
                        impl_->lookup(inputs, outputs, no_params, nullptr));
   std::string s;
-  for (const auto& p : ek->programs) s += bc::disassemble(p->program) + "\n";
+  for (const bc::Program& p : enc->kernel.programs) s += bc::disassemble(p) + "\n";
   return s;
 }
 

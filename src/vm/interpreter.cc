@@ -139,7 +139,7 @@ Ref BlockRunner::resolve(const Operand& o, CType t) const {
 
 // op(A + B) / op(A - B): the pre-op flag folds a preceding add/sub into the unary's pass.
 void BlockRunner::exec_unary_pre(const Instr& in) {
-  UnaryOp op = static_cast<UnaryOp>(static_cast<int>(in.op) - bc::kFirstUnary);
+  UnaryOp op = bc::unary_of(in.op);
   Ref d = resolve(in.d, CType::kF32);
   Ref a = resolve(in.a, CType::kF32);
   Ref b = resolve(in.b, CType::kF32);
@@ -157,7 +157,7 @@ void BlockRunner::exec_unary(const Instr& in) {
     exec_unary_pre(in);
     return;
   }
-  UnaryOp op = static_cast<UnaryOp>(static_cast<int>(in.op) - bc::kFirstUnary);
+  UnaryOp op = bc::unary_of(in.op);
   bool pred = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
   Ref d = resolve(in.d, pred ? CType::kI32 : in.ctype);
   Ref a = resolve(in.a, in.ctype);
@@ -195,8 +195,8 @@ const T* as(const Ref& r) {
 }
 
 void BlockRunner::exec_binary(const Instr& in) {
-  BinaryOp op = static_cast<BinaryOp>(static_cast<int>(in.op) - bc::kFirstBinary);
-  bool cmp = op >= BinaryOp::kEq;
+  BinaryOp op = bc::binary_of(in.op);
+  bool cmp = ops::returns_bool(op);
   Ref d = resolve(in.d, cmp ? CType::kI32 : in.ctype);
   Ref a = resolve(in.a, in.ctype);
   Ref b = resolve(in.b, in.ctype);
@@ -354,7 +354,7 @@ struct ChainOperand {
 // Does body instruction `in` read register `reg` (as a source)?
 bool reads_reg(const Instr& in, int reg) {
   bool fma = in.op == bc::Opcode::kFma;
-  bool two = fma || in.flags != 0 || static_cast<int>(in.op) >= bc::kFirstBinary;
+  bool two = fma || in.flags != 0 || bc::is_binary(in.op);
   auto is = [reg](const Operand& o) { return o.kind == OperandKind::kReg && o.index == reg; };
   return is(in.a) || (two && is(in.b)) || (fma && is(in.c));
 }
@@ -383,7 +383,7 @@ void BlockRunner::exec_chain(int32_t pc) {
   for (int i = 0; i < k; ++i) {
     const Instr& in = body[i];
     bool fma = in.op == bc::Opcode::kFma;
-    bool two = fma || in.flags != 0 || static_cast<int>(in.op) >= bc::kFirstBinary;
+    bool two = fma || in.flags != 0 || bc::is_binary(in.op);
     ops[i][1] = bind(in.a);
     if (two) ops[i][2] = bind(in.b);
     if (fma) ops[i][3] = bind(in.c);
@@ -421,18 +421,16 @@ void BlockRunner::exec_chain(int32_t pc) {
       for (int i = 0; i < k; ++i) {
         const Instr& in = body[i];
         const ChainOperand* o = ops[i];
-        int op = static_cast<int>(in.op);
         if (in.op == bc::Opcode::kFma) {
           cpu::fma_f32(at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]), inc(o[3]), n);
-        } else if (op >= bc::kFirstBinary) {
-          cpu::binary_f32(static_cast<BinaryOp>(op - bc::kFirstBinary), at(o[0]), at(o[1]),
-                          inc(o[1]), at(o[2]), inc(o[2]), n);
+        } else if (bc::is_binary(in.op)) {
+          cpu::binary_f32(bc::binary_of(in.op), at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]),
+                          n);
         } else if (in.flags != 0) {
-          cpu::unary_pre_f32(static_cast<UnaryOp>(op - bc::kFirstUnary), in.flags, at(o[0]),
-                             at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), n);
+          cpu::unary_pre_f32(bc::unary_of(in.op), in.flags, at(o[0]), at(o[1]), inc(o[1]), at(o[2]),
+                             inc(o[2]), n);
         } else {
-          cpu::unary_f32(static_cast<UnaryOp>(op - bc::kFirstUnary), at(o[0]), at(o[1]), inc(o[1]),
-                         n);
+          cpu::unary_f32(bc::unary_of(in.op), at(o[0]), at(o[1]), inc(o[1]), n);
         }
       }
     }
@@ -703,6 +701,46 @@ void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
     int64_t begin = grid * part / parts, end = grid * (part + 1) / parts;
     run_blocks(lp, args, begin, end);
   });
+}
+
+std::shared_ptr<const LoadedProgram> load(bc::Program p) {
+  auto lp = std::make_shared<LoadedProgram>();
+  lp->program = std::move(p);
+  const bc::Program& prog = lp->program;
+  lp->instrs.reserve(prog.num_instrs());
+  lp->loop_end.assign(prog.num_instrs(), -1);
+  std::vector<int32_t> open;
+  for (size_t i = 0; i < prog.num_instrs(); ++i) {
+    lp->instrs.push_back(prog.instr(i));
+    if (lp->instrs.back().op == bc::Opcode::kLoop) open.push_back(static_cast<int32_t>(i));
+    if (lp->instrs.back().op == bc::Opcode::kMatMul) {
+      lp->work_per_elem = std::max(lp->work_per_elem, prog.axes[lp->instrs.back().aux].extent);
+    }
+    if (lp->instrs.back().op == bc::Opcode::kEndLoop && !open.empty()) {
+      lp->loop_end[open.back()] = static_cast<int32_t>(i);
+      lp->loop_end[i] = open.back();
+      open.pop_back();
+    }
+  }
+  for (size_t a = 0; a < prog.axes.size(); ++a) {
+    if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
+    if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
+  }
+  return lp;
+}
+
+const bc::Target& cpu_target() {
+  static const bc::Target target = [] {
+    bc::Target t;
+    t.name = "cpu";
+    cpu::GemmTile pref = cpu::gemm_preferred_tile(), micro = cpu::gemm_micro_tile();
+    t.matmul_tile_m = pref.m;
+    t.matmul_tile_n = pref.n;
+    t.matmul_micro_m = micro.m;
+    t.matmul_micro_n = micro.n;
+    return t;
+  }();
+  return target;
 }
 
 }  // namespace dvm::vm

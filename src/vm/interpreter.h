@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "bytecode/format.h"
+#include "bytecode/target.h"
 
 namespace dvm::vm {
 
@@ -19,6 +21,12 @@ struct LoadedProgram {
   // program's matmuls (a small matmul output can still be a lot of work for the threads).
   int64_t work_per_elem = 1;
 };
+
+// Decodes a verified program for the interpreter (loop pairs, tile axes, work estimate).
+std::shared_ptr<const LoadedProgram> load(bc::Program program);
+
+// This backend's description for the encoder (tile sizes from the dispatched GEMM kernel).
+const bc::Target& cpu_target();
 
 // Run-time bindings of one launch: tensor base pointers per slot and scalar params;
 // versions: per slot, the TensorArg::version of constant tensors (matmul operands packed once,

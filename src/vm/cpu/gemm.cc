@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::vm::cpu::gemm_detail {
 // Thread-local 64-byte aligned scratch of at least `floats` floats, grown on demand; slot 0 holds
@@ -42,6 +42,7 @@ HWY_BEFORE_NAMESPACE();
 namespace dvm::vm::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using namespace dvm::ops;  // the scalar semantics the kernels implement  // NOLINT
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
@@ -517,6 +518,8 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace dvm::vm::cpu {
+
+using namespace dvm::ops;  // NOLINT
 
 HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmHalf);

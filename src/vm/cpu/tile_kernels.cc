@@ -17,7 +17,7 @@
 #include <cstring>
 #include <limits>
 
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "vm/cpu/tile_kernels.cc"
@@ -31,6 +31,7 @@ HWY_BEFORE_NAMESPACE();
 namespace dvm::vm::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using namespace dvm::ops;  // the scalar semantics the kernels implement  // NOLINT
 
 using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
@@ -235,7 +236,7 @@ HWY_INLINE VF SinCosF(DF d, VF x) {
   hn::Store(r, d, rs);
   for (size_t k = 0; k < hn::Lanes(d); ++k) {
     if (!(std::fabs(xs[k]) <= 39000.0f)) {
-      rs[k] = vm::unary_f32(kSin ? UnaryOp::kSin : UnaryOp::kCos, xs[k]);
+      rs[k] = ops::unary_f32(kSin ? UnaryOp::kSin : UnaryOp::kCos, xs[k]);
     }
   }
   return hn::Load(d, rs);
@@ -410,7 +411,7 @@ void UnaryF32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
     case UnaryOp::kIsFinite:
     case UnaryOp::kIsNan:
     case UnaryOp::kLogicalNot:
-      for (int64_t i = 0; i < n; ++i) dst[i] = vm::unary_f32(op, a[ainc ? i : 0]);
+      for (int64_t i = 0; i < n; ++i) dst[i] = ops::unary_f32(op, a[ainc ? i : 0]);
       return;
   }
 }
@@ -432,7 +433,7 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
       return Map1(di, d, dst, a, ainc, n,
                   [d](VF x) { return MaskToI32(d, hn::Eq(x, hn::Zero(d))); });
     default:
-      for (int64_t i = 0; i < n; ++i) dst[i] = vm::predicate_f32(op, a[ainc ? i : 0]);
+      for (int64_t i = 0; i < n; ++i) dst[i] = ops::predicate_f32(op, a[ainc ? i : 0]);
   }
 }
 
@@ -458,7 +459,8 @@ void BinaryF32(BinaryOp op, float* dst, const float* a, int ainc, const float* b
       if (binc == 0 && b[0] == 2.0f) return run([](VF x, VF) { return hn::Mul(x, x); });
       [[fallthrough]];
     default:
-      for (int64_t i = 0; i < n; ++i) dst[i] = vm::binary_f32(op, a[ainc ? i : 0], b[binc ? i : 0]);
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = ops::binary_f32(op, a[ainc ? i : 0], b[binc ? i : 0]);
   }
 }
 
@@ -526,7 +528,7 @@ void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float
       return run([nonzero](VF x, VF y) { return hn::Or(nonzero(x), nonzero(y)); });
     default:
       for (int64_t i = 0; i < n; ++i) {
-        dst[i] = vm::compare_f32(op, a[ainc ? i : 0], b[binc ? i : 0]);
+        dst[i] = ops::compare_f32(op, a[ainc ? i : 0], b[binc ? i : 0]);
       }
   }
 }
@@ -678,6 +680,8 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace dvm::vm::cpu {
+
+using namespace dvm::ops;  // NOLINT
 
 HWY_EXPORT(UnaryF32);
 HWY_EXPORT(UnaryPreF32);
@@ -852,10 +856,10 @@ void predicate_f32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n
   HWY_DYNAMIC_DISPATCH(PredicateF32)(op, dst, a, ainc, n);
 }
 void predicate_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n) {
-  loop1(dst, a, ainc, n, [op](int32_t x) { return vm::predicate_i32(op, x); });
+  loop1(dst, a, ainc, n, [op](int32_t x) { return ops::predicate_i32(op, x); });
 }
 void predicate_i64(UnaryOp op, int32_t* dst, const int64_t* a, int ainc, int64_t n) {
-  loop1(dst, a, ainc, n, [op](int64_t x) { return vm::predicate_i64(op, x); });
+  loop1(dst, a, ainc, n, [op](int64_t x) { return ops::predicate_i64(op, x); });
 }
 
 void binary_f32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,

@@ -2,7 +2,7 @@
 //
 // It evaluates a kernel node by node, element by element, into dense row-major buffers of
 // each node's compute type (f32 for f32/f16/bf16, i32 for i32/bool, i64 for i64). Op
-// semantics come only from src/vm/scalar_ops.h, the same functions the VM's tile kernels
+// semantics come only from src/ops/scalar_ops.h, the same functions the VM's tile kernels
 // implement, so the two differ only where scalar_ops.h documents an error bound.
 // Speed is not a goal: clarity and exactness are.
 #pragma once
@@ -16,7 +16,7 @@
 #include "dvm/status.h"
 #include "ir/kernel_def.h"
 
-namespace dvm::vm {
+namespace dvm::ir {
 
 // One node's value: a dense row-major buffer in the node's compute type.
 struct RefValue {
@@ -40,4 +40,4 @@ Status evaluate_reference(const ir::KernelDef& def, const ir::Binding& binding,
                           std::span<const TensorArg> inputs, std::span<const ScalarArg> params,
                           std::vector<RefValue>* values);
 
-}  // namespace dvm::vm
+}  // namespace dvm::ir

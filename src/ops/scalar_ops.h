@@ -1,5 +1,5 @@
 // Scalar semantics of every op of dvm/ops.def: the executable spec shared by the reference
-// executor and the VM. Small inline pure functions; the SIMD tile kernels
+// executor, the VM and constant folding. Small inline pure functions; the SIMD tile kernels
 // (src/vm/cpu/tile_kernels.h) agree with them bit for bit for every non-transcendental op and
 // within the bounds of docs/numerics.md for transcendentals.
 //
@@ -33,8 +33,9 @@
 
 #include "dvm/dtype.h"
 #include "dvm/kernel.h"
+#include "ops/op_traits.h"
 
-namespace dvm::vm {
+namespace dvm::ops {
 
 // ------------------------------------------------------------------------------------------
 // Bit helpers
@@ -284,10 +285,6 @@ inline int32_t predicate_i64(UnaryOp op, int64_t x) {
   return predicate_int<int64_t>(op, x);
 }
 
-inline constexpr bool is_predicate(UnaryOp op) {
-  return op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
-}
-
 // ------------------------------------------------------------------------------------------
 // Binary ops
 
@@ -379,25 +376,6 @@ inline int32_t compare_i32(BinaryOp op, int32_t a, int32_t b) {
 }
 inline int32_t compare_i64(BinaryOp op, int64_t a, int64_t b) {
   return compare<int64_t>(op, a, b);
-}
-
-inline constexpr int binary_kind(BinaryOp op) {
-  switch (op) {
-#define DVM_BINARY(Name, mnemonic, kind) \
-  case BinaryOp::k##Name:                \
-    return kind;
-#include "dvm/ops.def"
-  }
-  return 0;
-}
-inline constexpr bool is_float_only(UnaryOp op) {
-  switch (op) {
-#define DVM_UNARY(Name, mnemonic, float_only) \
-  case UnaryOp::k##Name:                      \
-    return float_only != 0;
-#include "dvm/ops.def"
-  }
-  return false;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -587,22 +565,6 @@ inline bool arg_better(ReduceOp op, T v, int64_t i, T cur_v, int64_t cur_i) {
   return op == ReduceOp::kArgMin ? v < cur_v : v > cur_v;
 }
 
-// The dtype of a binary op's result under torch-style promotion (bool results for
-// comparisons and logical ops, true division of integers, bool arithmetic as i32) — the rule
-// the kernel builder applies, shared by the graph IR and the lazy runtime.
-inline DType binary_result_dtype(BinaryOp op, DType a, DType b) {
-  DType t = promote_types(a, b);
-  if (binary_kind(op) != 0) return DType::kBool;
-  if (op == BinaryOp::kDiv && !is_float(t)) return DType::kF32;
-  if (t == DType::kBool) return DType::kI32;
-  return t;
-}
-
-// The dtype floating-point ops compute and return for inputs of dtype t.
-inline constexpr DType float_dtype(DType t) {
-  return is_float(t) ? t : DType::kF32;
-}
-
 // Element value as a double, from its stored bytes (f16/bf16 widened, bool as 0/1).
 inline double load_element(const void* p, DType t) {
   switch (t) {
@@ -633,4 +595,4 @@ inline double load_element(const void* p, DType t) {
   return 0;
 }
 
-}  // namespace dvm::vm
+}  // namespace dvm::ops

@@ -3,21 +3,23 @@
 // loads and stores) is expressed as one strided index map, so there is a single place where
 // addressing can be wrong. Outputs are written only after every node evaluated, so an error
 // anywhere leaves the outputs untouched.
-#include "vm/reference/reference.h"
+#include "ir/reference.h"
 
 #include <array>
 #include <type_traits>
 #include <utility>
 
-#include "vm/scalar_ops.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm {
 
-namespace vm {
+namespace ir {
 
 namespace {
 
-using ir::CShape;
+// The spec's semantics, used throughout this file.
+using namespace ops;  // NOLINT(build/namespaces)
+
 using Index = std::array<int64_t, kMaxRank>;
 
 // RefValue::ctype() relies on the variant alternatives following CType's order.
@@ -330,7 +332,7 @@ RefValue eval_binary(BinaryOp op, const RefValue& a, const RefValue& b) {
   return std::visit(
       [&](const auto& av) {
         using T = typename std::remove_cvref_t<decltype(av)>::value_type;
-        if (binary_kind(op) == 0) {
+        if (!returns_bool(op)) {
           return zip_value<T>(a, b, [op](T x, T y) { return apply_binary(op, x, y); });
         }
         return zip_value<T>(a, b, [op](T x, T y) { return apply_compare(op, x, y); });
@@ -696,7 +698,7 @@ Status evaluate_reference(const ir::KernelDef& def, const ir::Binding& binding,
   return Status::ok();
 }
 
-}  // namespace vm
+}  // namespace ir
 
 Status run_reference(const Kernel& kernel, std::span<const TensorArg> inputs,
                      std::span<const TensorArg> outputs, std::span<const ScalarArg> params) {
@@ -704,10 +706,10 @@ Status run_reference(const Kernel& kernel, std::span<const TensorArg> inputs,
   ir::Binding binding;
   DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
   DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, params));
-  std::vector<vm::RefValue> values;
-  DVM_RETURN_IF_ERROR(vm::evaluate_reference(def, binding, inputs, params, &values));
+  std::vector<ir::RefValue> values;
+  DVM_RETURN_IF_ERROR(ir::evaluate_reference(def, binding, inputs, params, &values));
   for (size_t k = 0; k < outputs.size(); ++k) {
-    vm::store_output(values[def.outputs[k].node], outputs[k]);
+    ir::store_output(values[def.outputs[k].node], outputs[k]);
   }
   return Status::ok();
 }

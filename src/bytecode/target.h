@@ -1,0 +1,19 @@
+// What a backend tells the runtime operator compiler about itself. The encoder includes no
+// backend header: tile sizes and similar facts come from here, so a second backend (a CUDA
+// VM) plugs in by describing itself, not by being included.
+#pragma once
+
+#include <cstdint>
+
+namespace dvm::bc {
+
+struct Target {
+  const char* name = "";
+  // MatMul: the preferred output block per program tile (rows x columns), and the GEMM
+  // micro-tile the tile is aligned to (columns: whole packed panels, so that cached packed
+  // weights serve every tile).
+  int64_t matmul_tile_m = 64, matmul_tile_n = 64;
+  int64_t matmul_micro_m = 1, matmul_micro_n = 1;
+};
+
+}  // namespace dvm::bc
