@@ -565,5 +565,35 @@ TEST(Verifier, SurvivesRandomBitFlips) {
   fuzz(chain_program(true), 3, 2000);
 }
 
+// Opcode numbers are internal to a format version: the elementwise opcodes are generated from
+// ops.def, so a new op renumbers everything after it. Programs are never stored across
+// versions, but a change must bump kFormatVersion (the verifier rejects programs of another
+// version). The fingerprint covers every opcode's number, mnemonic, operand format and
+// family; when the table changes this test fails until the version is bumped and the new
+// fingerprint recorded here.
+TEST(Isa, TableChangesBumpTheFormatVersion) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  for (int op = 0; op < kNumOpcodes; ++op) {
+    mix(static_cast<uint64_t>(op));
+    for (const char* c = kOpInfo[op].mnemonic; *c; ++c) mix(static_cast<unsigned char>(*c));
+    mix(static_cast<uint64_t>(kOpInfo[op].format) << 8 | static_cast<uint64_t>(kOpInfo[op].family));
+  }
+  struct Golden {
+    uint32_t version;
+    uint64_t fingerprint;
+  };
+  constexpr Golden kGolden = {2, 7959883368141710247ull};
+  EXPECT_EQ(kFormatVersion, kGolden.version)
+      << "kFormatVersion changed: record the fingerprint " << h << " for it here";
+  EXPECT_EQ(h, kGolden.fingerprint)
+      << "the ISA table changed (opcode numbers, mnemonics, formats or families): bump "
+         "kFormatVersion in src/bytecode/format.h and record fingerprint "
+      << h << " with it here";
+}
+
 }  // namespace
 }  // namespace dvm::bc

@@ -93,10 +93,6 @@ void set_weight_cache_capacity(size_t bytes);
 // Drops every entry and zeroes the counters.
 void clear_weight_cache();
 
-namespace runtime {
-class KernelCache;
-}
-
 class CompiledKernel {
  public:
   static StatusOr<std::shared_ptr<CompiledKernel>> create(const Kernel& kernel,

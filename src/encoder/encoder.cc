@@ -6,7 +6,7 @@
 
 #include "bytecode/verifier.h"
 #include "encoder/emitter.h"
-#include "encoder/stage_builder.h"
+#include "encoder/encoder_impl.h"
 
 namespace dvm::enc {
 

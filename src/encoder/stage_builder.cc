@@ -1,8 +1,8 @@
 // Stage construction: affine maps through views, reductions (split across blocks when
 // outputs are few), matmuls (cube/mix), materialisation through workspaces.
-#include "encoder/stage_builder.h"
-
 #include <algorithm>
+
+#include "encoder/encoder_impl.h"
 
 namespace dvm::enc {
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/clock.h"
 #include "base/thread_pool.h"
 #include "exec/native_ops.h"
 #include "exec/views.h"
@@ -64,12 +65,6 @@ struct Arena {
     data = static_cast<char*>(std::aligned_alloc(kAlign, static_cast<size_t>(capacity)));
   }
 };
-
-double now_us() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -410,7 +405,7 @@ Status Executable::Impl::encode_concurrently(const std::vector<std::vector<Tenso
   std::vector<Status> sts(steps.size());
   int parts = std::min<int>(base::hardware_threads(), static_cast<int>(vm.size()));
   if (options.num_threads > 0) parts = std::min(parts, options.num_threads);
-  double t0 = now_us();
+  double t0 = base::now_us();
   base::parallel_for(parts, [&](int part) {
     for (size_t i = part; i < vm.size(); i += parts) {
       int s = vm[i];
@@ -422,7 +417,7 @@ Status Executable::Impl::encode_concurrently(const std::vector<std::vector<Tenso
     (rs[s].cache_hit ? st->cache_hits : st->programs_encoded)++;
     (*prepared)[s] = 1;
   }
-  st->encode_us += now_us() - t0;
+  st->encode_us += base::now_us() - t0;
   return Status::ok();
 }
 
@@ -624,7 +619,7 @@ StatusOr<std::shared_ptr<Executable>> Executable::compile(const Graph& graph,
 Status Executable::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                        GraphRunStats* stats) const {
   const Impl& x = *impl_;
-  double t0 = now_us();
+  double t0 = base::now_us();
   DVM_ASSIGN_OR_RETURN(SymBindings b, x.bind(inputs));
   bool fresh = false;
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b, &fresh));
@@ -646,7 +641,7 @@ Status Executable::run(std::span<const TensorArg> inputs, std::span<const Tensor
   arena->reserve(p->arena_bytes);
   GraphRunStats st;
   st.peak_bytes = p->arena_bytes;
-  st.bind_us = now_us() - t0;
+  st.bind_us = base::now_us() - t0;
   CallState cs(x, *p, inputs, outputs, arena.get());
   Status status;
   size_t n = x.steps.size();

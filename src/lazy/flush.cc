@@ -16,6 +16,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "base/clock.h"
 #include "base/env.h"
 #include "exec/native_ops.h"
 #include "exec/views.h"
@@ -26,12 +27,6 @@ namespace dvm::lazy {
 namespace detail {
 
 namespace {
-
-double now_us() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 struct PlanEntry {
   std::vector<int> static_classes;  // specialised to their values below
@@ -492,9 +487,9 @@ StatusOr<std::shared_ptr<Executable>> find_plan(const Plan& p, bool* hit, double
     }
   }
   *hit = false;
-  double t0 = now_us();
+  double t0 = base::now_us();
   DVM_ASSIGN_OR_RETURN(PlanEntry entry, compile_plan(p, o));
-  *compile_us = now_us() - t0;
+  *compile_us = base::now_us() - t0;
   std::shared_ptr<Executable> exe = entry.exe;
   std::lock_guard<std::mutex> lock(g.mu);
   if (g.num_plans >= std::max<size_t>(1, g.options.plan_cache_capacity)) {
@@ -607,7 +602,7 @@ Status flush(Trace& trace, FlushReason reason) {
   std::vector<NodePtr> graveyard;  // released after the lock: leaves may own foreign memory
   std::lock_guard<std::mutex> lock(trace.mu);
   if (trace.nodes.empty()) return Status::ok();
-  double t0 = now_us();
+  double t0 = base::now_us();
   nodes.swap(trace.nodes);
   Plan p;
   select_nodes(nodes, &p);
@@ -622,9 +617,9 @@ Status flush(Trace& trace, FlushReason reason) {
     StatusOr<std::shared_ptr<Executable>> exe = find_plan(p, &hit, &compile_us);
     st = exe.status();
     if (st.is_ok()) {
-      double r0 = now_us();
+      double r0 = base::now_us();
       st = run_plan(p, **exe, &gs, &stored);
-      run_us = now_us() - r0;
+      run_us = base::now_us() - r0;
     }
   }
   int64_t elided = 0;
@@ -660,7 +655,7 @@ Status flush(Trace& trace, FlushReason reason) {
   s.compile_us += compile_us;
   s.encode_us += gs.encode_us;
   s.run_us += run_us;
-  s.flush_us += now_us() - t0;
+  s.flush_us += base::now_us() - t0;
   return st;
 }
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/thread_pool.h"
 #include "encoder/encoder.h"
@@ -51,12 +52,6 @@ int64_t storage_of(const TensorArg& t) {
   if (t.storage_elems >= 0) return t.storage_elems;
   int64_t lo, hi;
   return ir::view_span(t, &lo, &hi) ? hi + 1 : 0;
-}
-
-double now_us() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -177,7 +172,7 @@ StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::I
       return it->second;
     }
   }
-  double t0 = now_us();
+  double t0 = base::now_us();
   const ir::KernelDef& def = kernel.def();
   ir::Binding binding;
   DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
@@ -188,7 +183,7 @@ StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::I
   eo.target = &vm::cpu_target();
   DVM_RETURN_IF_ERROR(enc::encode(def, binding, inputs, outputs, eo, &encoded->kernel));
   for (const bc::Program& p : encoded->kernel.programs) encoded->loaded.push_back(vm::load(p));
-  if (stats) stats->encode_us = now_us() - t0;
+  if (stats) stats->encode_us = base::now_us() - t0;
   if (base::env().dump_bytecode) {
     for (const auto& p : encoded->kernel.programs)
       std::fprintf(stderr, "%s\n", bc::disassemble(p).c_str());

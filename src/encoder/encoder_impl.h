@@ -1,5 +1,6 @@
-// Stage construction: visits a kernel's outputs and builds the stages (the first half of the
-// runtime operator compiler; emit_stage hands each stage to the layout and the emitter).
+// The Encoder behind encode() (encoder.h): stage construction (stage_builder.cc) visits a
+// kernel's outputs and builds the stages, the first half of the runtime operator compiler;
+// emit_stage (encoder.cc) hands each stage to the layout and the emitter.
 #pragma once
 
 #include <utility>
