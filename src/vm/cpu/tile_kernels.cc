@@ -674,6 +674,86 @@ int64_t TargetId() {
   return HWY_TARGET;
 }
 
+// f16 / bf16 storage -> f32, n contiguous elements: exact conversions (bf16 is the high half
+// of an f32; f16 widens exactly, F16C where the target has it).
+void HalfToF32(DType from, float* dst, const uint16_t* src, int64_t n) {
+  const DF d;
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::Rebind<uint32_t, DF> du32;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  if (from == DType::kBF16) {
+    for (; i + lanes <= n; i += lanes) {
+      const auto u = hn::PromoteTo(du32, hn::LoadU(du16, src + i));
+      hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(u)), d, dst + i);
+    }
+    for (; i < n; ++i) dst[i] = bf16_bits_to_f32(src[i]);
+    return;
+  }
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
+  for (; i + lanes <= n; i += lanes)
+    hn::StoreU(hn::PromoteTo(d, hn::LoadU(df16, h + i)), d, dst + i);
+  for (; i < n; ++i) dst[i] = f16_bits_to_f32(src[i]);
+}
+
+// f32 -> bf16 storage, n contiguous elements, exactly as ops::f32_to_bf16_bits: round to
+// nearest even, NaN kept quiet. (Highway 1.0's DemoteTo to bf16 truncates, so it is done
+// here with integer ops.)
+void F32ToBF16(uint16_t* dst, const float* src, int64_t n) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto u = hn::BitCast(du, hn::LoadU(d, src + i));
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
+    // |x| bits > inf bits: NaN (both sides non-negative, so a signed compare is exact).
+    const auto is_nan =
+        hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7FFFFFFFu))), hn::Set(di, 0x7F800000));
+    const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+    const auto r = hn::IfThenElse(hn::RebindMask(du, is_nan), quiet, rounded);
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = f32_to_bf16_bits(src[i]);
+}
+
+// f32 -> f16 storage bits, n contiguous elements, exactly as ops::f32_to_f16_bits (round to
+// nearest even, subnormals, overflow to inf, NaN kept quiet). Vectorised only where the target
+// converts in hardware (F16C: Highway's AVX2 and AVX-512 targets); Highway 1.0's software
+// fallback truncates, so other targets use the scalar spec.
+void F32ToF16(uint16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+  const DF d;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  auto* h = reinterpret_cast<hwy::float16_t*>(dst);
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (; i + lanes <= n; i += lanes)
+    hn::StoreU(hn::DemoteTo(df16, hn::LoadU(d, src + i)), df16, h + i);
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16_bits(src[i]);
+}
+
+// x rounded to f16 (or bf16) and widened back to f32, n contiguous elements: the value a
+// half-precision cast holds (ops::round_f16 / round_bf16).
+void RoundHalfF32(DType t, float* dst, const float* a, int64_t n) {
+  constexpr int64_t kStrip = 1024;
+  HWY_ALIGN uint16_t bits[kStrip];
+  for (int64_t i = 0; i < n; i += kStrip) {
+    const int64_t m = std::min(kStrip, n - i);
+    if (t == DType::kF16) {
+      F32ToF16(bits, a + i, m);
+    } else {
+      F32ToBF16(bits, a + i, m);
+    }
+    HalfToF32(t, dst + i, bits, m);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace dvm::vm::cpu
 HWY_AFTER_NAMESPACE();
@@ -693,6 +773,10 @@ HWY_EXPORT(FmaF32);
 HWY_EXPORT(ReduceRowF32);
 HWY_EXPORT(DotRowF32);
 HWY_EXPORT(AccumulateF32);
+HWY_EXPORT(HalfToF32);
+HWY_EXPORT(F32ToBF16);
+HWY_EXPORT(F32ToF16);
+HWY_EXPORT(RoundHalfF32);
 HWY_EXPORT(TargetId);
 
 namespace {
@@ -946,9 +1030,11 @@ void convert(CType to, void* dst, CType from, const void* src, int sinc, int64_t
 }
 
 void round_to_f16(float* dst, const float* a, int ainc, int64_t n) {
+  if (ainc == 1) return HWY_DYNAMIC_DISPATCH(RoundHalfF32)(DType::kF16, dst, a, n);
   loop1(dst, a, ainc, n, round_f16);
 }
 void round_to_bf16(float* dst, const float* a, int ainc, int64_t n) {
+  if (ainc == 1) return HWY_DYNAMIC_DISPATCH(RoundHalfF32)(DType::kBF16, dst, a, n);
   loop1(dst, a, ainc, n, round_bf16);
 }
 
@@ -960,7 +1046,21 @@ void load_convert(void* dst, DType from, const void* src, int64_t sstride, int64
         if (n > 0) std::memcpy(d, src, static_cast<size_t>(n) * sizeof(float));
         return;
       }
-      for (int64_t i = 0; i < n; ++i) d[i] = load_elem<float>(from, src, i * sstride);
+      if (from != DType::kF32 && sstride == 1) {
+        return HWY_DYNAMIC_DISPATCH(HalfToF32)(from, d, static_cast<const uint16_t*>(src), n);
+      }
+      // Strided: one loop per source type (no per-element dispatch).
+      if (from == DType::kF32) {
+        const auto* s = static_cast<const float*>(src);
+        for (int64_t i = 0; i < n; ++i) d[i] = s[i * sstride];
+        return;
+      }
+      const auto* h = static_cast<const uint16_t*>(src);
+      if (from == DType::kF16) {
+        for (int64_t i = 0; i < n; ++i) d[i] = f16_bits_to_f32(h[i * sstride]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) d[i] = bf16_bits_to_f32(h[i * sstride]);
+      }
       return;
     }
     case CType::kI32: {
@@ -991,8 +1091,14 @@ void store_convert(DType to, void* dst, int64_t dstride, const void* src, int si
     case DType::kF32:
       return scatter(static_cast<float*>(dst), sf, [](float x) { return x; });
     case DType::kF16:
+      if (dstride == 1 && sinc == 1) {
+        return HWY_DYNAMIC_DISPATCH(F32ToF16)(static_cast<uint16_t*>(dst), sf, n);
+      }
       return scatter(static_cast<uint16_t*>(dst), sf, f32_to_f16_bits);
     case DType::kBF16:
+      if (dstride == 1 && sinc == 1) {
+        return HWY_DYNAMIC_DISPATCH(F32ToBF16)(static_cast<uint16_t*>(dst), sf, n);
+      }
       return scatter(static_cast<uint16_t*>(dst), sf, f32_to_bf16_bits);
     case DType::kI32:
       return scatter(static_cast<int32_t*>(dst), si, [](int32_t x) { return x; });

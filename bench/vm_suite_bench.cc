@@ -1,0 +1,590 @@
+// The VM against the loop a performance engineer would write, over twenty workloads of the
+// shapes real models produce: elementwise chains with transcendentals, inner and outer
+// broadcasts, short rows (32, 64, 96 columns) and long ones, row reductions (softmax,
+// log-softmax, layernorm, rmsnorm) from 64 to 16384 columns, column and middle-axis
+// reductions, a 2-D transpose and a [B,S,H,D] -> [B,H,S,D] permute feeding math, rotary
+// embedding (slices + concat + broadcast), f16 and bf16 loads and stores.
+//
+// Baseline (`fused`): one plain C++ loop per workload, compiled -O3 -march=native -ffast-math
+// (so transcendentals vectorise through glibc's libmvec), split over the same number of
+// threads by a persistent pool (launches under 32K elements run on the caller, the VM's
+// rule). `dvm`: CompiledKernel::run, cache hit. Both report the nominal bytes read + written,
+// so bytes/s ratios are time ratios; variants _st (1 thread) and _mt (DVM_NUM_THREADS or all
+// cores). dvm also reports `max_rel_err` against the baseline (a fast wrong answer must not
+// look like a win). Sizes are total elements of the main input.
+#include <benchmark/benchmark.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_pool.h"
+#include "dvm/kernel.h"
+#include "dvm/runtime.h"
+
+namespace {
+
+using dvm::BinaryOp;
+using dvm::DType;
+using dvm::KernelBuilder;
+using dvm::UnaryOp;
+using dvm::Value;
+using dvm_bench::Pool;
+using dvm_bench::split;
+
+int bench_threads() {
+  if (const char* env = std::getenv("DVM_NUM_THREADS")) {
+    int t = std::atoi(env);
+    if (t > 0) return t;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+const int kThreads = bench_threads();
+
+// ---- half-precision storage (round to nearest even) --------------------------------------
+
+inline uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t to_bf16(float f) {
+  uint32_t u = bits(f);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+inline float from_bf16(uint16_t h) {
+  return from_bits(static_cast<uint32_t>(h) << 16);
+}
+inline uint16_t to_f16(float f) {
+  return static_cast<uint16_t>(std::bit_cast<uint16_t>(static_cast<_Float16>(f)));
+}
+inline float from_f16(uint16_t h) {
+  return static_cast<float>(std::bit_cast<_Float16>(h));
+}
+
+// ---- tensors -------------------------------------------------------------------------------
+
+struct Tensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  float* f() { return reinterpret_cast<float*>(bytes.data()); }
+  uint16_t* h() { return reinterpret_cast<uint16_t*>(bytes.data()); }
+  float at(int64_t i) const {
+    if (dtype == DType::kF32) return reinterpret_cast<const float*>(bytes.data())[i];
+    uint16_t v = reinterpret_cast<const uint16_t*>(bytes.data())[i];
+    return dtype == DType::kF16 ? from_f16(v) : from_bf16(v);
+  }
+  dvm::TensorArg arg() { return dvm::TensorArg::contiguous(bytes.data(), dtype, shape); }
+};
+
+Tensor make(DType t, std::vector<int64_t> shape, uint32_t seed, float lo, float hi) {
+  Tensor x;
+  x.dtype = t;
+  x.shape = std::move(shape);
+  x.bytes.assign(static_cast<size_t>(std::max<int64_t>(x.numel(), 1)) * dvm::dtype_size(t), 0);
+  uint32_t s = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    float v = lo + (hi - lo) * static_cast<float>(s >> 8) * (1.0f / 16777216.0f);
+    if (t == DType::kF32) x.f()[i] = v;
+    if (t == DType::kF16) x.h()[i] = to_f16(v);
+    if (t == DType::kBF16) x.h()[i] = to_bf16(v);
+  }
+  return x;
+}
+
+// ---- workloads -----------------------------------------------------------------------------
+
+// One workload at one size: its tensors, its DVM kernel, and its hand-written loop over the
+// items [i0, i1) (rows of the output's outer dims, or elements).
+struct Instance {
+  std::vector<Tensor> in, out;
+  std::function<dvm::StatusOr<dvm::Kernel>()> build;
+  std::function<void(Instance&, int64_t, int64_t)> fused;
+  int64_t items = 0;
+  int64_t bytes = 0;  // nominal bytes read + written per call
+};
+
+struct Workload {
+  std::string name;
+  std::function<Instance(int64_t n)> make;  // n: elements of the main input
+};
+
+constexpr float kEps = 1e-5f;
+
+int64_t nbytes(const std::vector<Tensor>& ts) {
+  int64_t b = 0;
+  for (const Tensor& t : ts) b += t.numel() * dvm::dtype_size(t.dtype);
+  return b;
+}
+
+Instance finish(Instance w) {
+  w.bytes = nbytes(w.in) + nbytes(w.out);
+  return w;
+}
+
+float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+float gelu_tanh(float x) {
+  float y = 0.7978845608f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(y));
+}
+float gelu_erf(float x) {
+  return 0.5f * x * (1.0f + std::erf(x * 0.70710678f));
+}
+
+// y = silu(a) * b (a gated activation).
+Instance silu_mul(int64_t n) {
+  Instance w;
+  w.in = {make(DType::kF32, {n}, 1, -4, 4), make(DType::kF32, {n}, 2, -1, 1)};
+  w.out = {make(DType::kF32, {n}, 0, 0, 0)};
+  w.items = n;
+  w.build = [] {
+    KernelBuilder kb("silu_mul");
+    dvm::Dim N = kb.symbol("N");
+    // Loads in argument order, one statement each (argument evaluation order is unspecified).
+    Value a = kb.load("a", DType::kF32, {N});
+    Value b = kb.load("b", DType::kF32, {N});
+    kb.store("y", kb.mul(kb.unary(UnaryOp::kSilu, a), b));
+    return kb.build();
+  };
+  w.fused = [](Instance& m, int64_t i0, int64_t i1) {
+    const float *a = m.in[0].f(), *b = m.in[1].f();
+    float* y = m.out[0].f();
+    for (int64_t i = i0; i < i1; ++i) y[i] = silu(a[i]) * b[i];
+  };
+  return finish(std::move(w));
+}
+
+// y = act(x + b[c]) * s[r] on rows of `cols` (inner and outer broadcast, short rows).
+Instance row_col_bcast(int64_t n, int64_t cols, bool gelu) {
+  int64_t rows = std::max<int64_t>(1, n / cols);
+  Instance w;
+  w.in = {make(DType::kF32, {rows, cols}, 3, -3, 3), make(DType::kF32, {cols}, 4, -1, 1),
+          make(DType::kF32, {rows, 1}, 5, 0.5, 1.5)};
+  w.out = {make(DType::kF32, {rows, cols}, 0, 0, 0)};
+  w.items = rows;
+  w.build = [cols, gelu] {
+    KernelBuilder kb("row_col_bcast");
+    dvm::Dim R = kb.symbol("R");
+    Value x = kb.load("x", DType::kF32, {R, cols});
+    Value b = kb.load("b", DType::kF32, {cols});
+    Value s = kb.load("s", DType::kF32, {R, 1});
+    x = kb.add(x, b);
+    x = gelu ? kb.unary(UnaryOp::kGeluTanh, x) : kb.unary(UnaryOp::kRelu, x);
+    kb.store("y", kb.mul(x, s));
+    return kb.build();
+  };
+  w.fused = [cols, gelu](Instance& m, int64_t r0, int64_t r1) {
+    const float *x = m.in[0].f(), *b = m.in[1].f(), *s = m.in[2].f();
+    float* y = m.out[0].f();
+    for (int64_t r = r0; r < r1; ++r) {
+      const float sr = s[r];
+      for (int64_t c = 0; c < cols; ++c) {
+        float v = x[r * cols + c] + b[c];
+        v = gelu ? gelu_tanh(v) : std::max(v, 0.0f);
+        y[r * cols + c] = v * sr;
+      }
+    }
+  };
+  return finish(std::move(w));
+}
+
+// Row-wise normalisations over rows of `cols`: rmsnorm, softmax (scaled), log-softmax, and
+// layernorm of x + residual.
+enum class Norm { kRms, kSoftmax, kLogSoftmax, kAddLayerNorm };
+
+Instance norm(int64_t n, int64_t cols, Norm kind) {
+  int64_t rows = std::max<int64_t>(1, n / cols);
+  Instance w;
+  w.in = {make(DType::kF32, {rows, cols}, 6, -3, 3), make(DType::kF32, {cols}, 7, 0.5, 1.5)};
+  if (kind == Norm::kAddLayerNorm) w.in.push_back(make(DType::kF32, {rows, cols}, 8, -1, 1));
+  w.out = {make(DType::kF32, {rows, cols}, 0, 0, 0)};
+  w.items = rows;
+  w.build = [cols, kind] {
+    KernelBuilder kb("norm");
+    dvm::Dim R = kb.symbol("R");
+    Value x = kb.load("x", DType::kF32, {R, cols});
+    Value g = kb.load("g", DType::kF32, {cols});
+    Value res = kind == Norm::kAddLayerNorm ? kb.load("res", DType::kF32, {R, cols}) : Value{};
+    Value y;
+    switch (kind) {
+      case Norm::kRms: {
+        Value ms = kb.mean(kb.mul(x, x), {-1}, true);
+        y = kb.mul(kb.mul(x, kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, ms, kEps))), g);
+        break;
+      }
+      case Norm::kSoftmax: {
+        Value s = kb.binary(BinaryOp::kMul, x, 0.125);
+        Value e = kb.unary(UnaryOp::kExp, kb.sub(s, kb.max(s, {-1}, true)));
+        y = kb.div(e, kb.sum(e, {-1}, true));
+        break;
+      }
+      case Norm::kLogSoftmax: {
+        Value c = kb.sub(x, kb.max(x, {-1}, true));
+        y = kb.sub(c, kb.unary(UnaryOp::kLog, kb.sum(kb.unary(UnaryOp::kExp, c), {-1}, true)));
+        break;
+      }
+      case Norm::kAddLayerNorm: {
+        Value h = kb.add(x, res);
+        Value hc = kb.sub(h, kb.mean(h, {-1}, true));
+        Value var = kb.mean(kb.mul(hc, hc), {-1}, true);
+        y = kb.mul(kb.mul(hc, kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, var, kEps))), g);
+        break;
+      }
+    }
+    kb.store("y", y);
+    return kb.build();
+  };
+  w.fused = [cols, kind](Instance& m, int64_t r0, int64_t r1) {
+    const float* g = m.in[1].f();
+    float* out = m.out[0].f();
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = m.in[0].f() + r * cols;
+      float* y = out + r * cols;
+      switch (kind) {
+        case Norm::kRms: {
+          float ss = 0;
+          for (int64_t c = 0; c < cols; ++c) ss += x[c] * x[c];
+          float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + kEps);
+          for (int64_t c = 0; c < cols; ++c) y[c] = x[c] * inv * g[c];
+          break;
+        }
+        case Norm::kSoftmax: {
+          float mx = -INFINITY;
+          for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, x[c] * 0.125f);
+          float sum = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            y[c] = std::exp(x[c] * 0.125f - mx);
+            sum += y[c];
+          }
+          float inv = 1.0f / sum;
+          for (int64_t c = 0; c < cols; ++c) y[c] *= inv;
+          break;
+        }
+        case Norm::kLogSoftmax: {
+          float mx = -INFINITY;
+          for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, x[c]);
+          float sum = 0;
+          for (int64_t c = 0; c < cols; ++c) sum += std::exp(x[c] - mx);
+          float lse = std::log(sum);
+          for (int64_t c = 0; c < cols; ++c) y[c] = x[c] - mx - lse;
+          break;
+        }
+        case Norm::kAddLayerNorm: {
+          const float* res = m.in[2].f() + r * cols;
+          float sum = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            y[c] = x[c] + res[c];
+            sum += y[c];
+          }
+          float mean = sum / static_cast<float>(cols), var = 0;
+          for (int64_t c = 0; c < cols; ++c) var += (y[c] - mean) * (y[c] - mean);
+          float inv = 1.0f / std::sqrt(var / static_cast<float>(cols) + kEps);
+          for (int64_t c = 0; c < cols; ++c) y[c] = (y[c] - mean) * inv * g[c];
+          break;
+        }
+      }
+    }
+  };
+  return finish(std::move(w));
+}
+
+// Column sum: [R, 1024] -> [1024]; middle-axis sum: [64, M, 64] -> [64, 64].
+Instance col_sum(int64_t n) {
+  const int64_t cols = 1024, rows = std::max<int64_t>(1, n / cols);
+  Instance w;
+  w.in = {make(DType::kF32, {rows, cols}, 9, -1, 1)};
+  w.out = {make(DType::kF32, {cols}, 0, 0, 0)};
+  w.items = cols;
+  w.build = [cols] {
+    KernelBuilder kb("col_sum");
+    kb.store("y", kb.sum(kb.load("x", DType::kF32, {kb.symbol("R"), cols}), {0}));
+    return kb.build();
+  };
+  w.fused = [rows, cols](Instance& m, int64_t c0, int64_t c1) {
+    const float* x = m.in[0].f();
+    float* y = m.out[0].f();
+    for (int64_t c = c0; c < c1; ++c) y[c] = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) y[c] += x[r * cols + c];
+  };
+  return finish(std::move(w));
+}
+
+Instance mid_sum(int64_t n) {
+  const int64_t a = 64, c = 64, mid = std::max<int64_t>(1, n / (a * c));
+  Instance w;
+  w.in = {make(DType::kF32, {a, mid, c}, 10, -1, 1)};
+  w.out = {make(DType::kF32, {a, c}, 0, 0, 0)};
+  w.items = a;
+  w.build = [a, c] {
+    KernelBuilder kb("mid_sum");
+    kb.store("y", kb.sum(kb.load("x", DType::kF32, {a, kb.symbol("M"), c}), {1}));
+    return kb.build();
+  };
+  w.fused = [mid, c](Instance& m, int64_t i0, int64_t i1) {
+    const float* x = m.in[0].f();
+    float* y = m.out[0].f();
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t k = 0; k < c; ++k) y[i * c + k] = 0;
+      for (int64_t j = 0; j < mid; ++j)
+        for (int64_t k = 0; k < c; ++k) y[i * c + k] += x[(i * mid + j) * c + k];
+    }
+  };
+  return finish(std::move(w));
+}
+
+// y[r, c] = x[c, r] * 0.5 + z[r, c]: a transposed operand feeding math.
+Instance transpose_add(int64_t n) {
+  const int64_t cols = 1024, rows = std::max<int64_t>(1, n / cols);
+  Instance w;
+  w.in = {make(DType::kF32, {cols, rows}, 11, -1, 1), make(DType::kF32, {rows, cols}, 12, -1, 1)};
+  w.out = {make(DType::kF32, {rows, cols}, 0, 0, 0)};
+  w.items = rows;
+  w.build = [cols] {
+    KernelBuilder kb("transpose_add");
+    dvm::Dim R = kb.symbol("R");
+    Value xt = kb.transpose(kb.load("x", DType::kF32, {cols, R}), 0, 1);
+    Value z = kb.load("z", DType::kF32, {R, cols});
+    kb.store("y", kb.add(kb.binary(BinaryOp::kMul, xt, 0.5), z));
+    return kb.build();
+  };
+  w.fused = [rows, cols](Instance& m, int64_t r0, int64_t r1) {
+    const float *x = m.in[0].f(), *z = m.in[1].f();
+    float* y = m.out[0].f();
+    // Blocked so that both x's columns and y's rows stay in cache (as an engineer would).
+    constexpr int64_t kB = 32;
+    for (int64_t rb = r0; rb < r1; rb += kB)
+      for (int64_t cb = 0; cb < cols; cb += kB)
+        for (int64_t r = rb; r < std::min(rb + kB, r1); ++r)
+          for (int64_t c = cb; c < std::min(cb + kB, cols); ++c)
+            y[r * cols + c] = x[c * rows + r] * 0.5f + z[r * cols + c];
+  };
+  return finish(std::move(w));
+}
+
+// [B, S, H, D] -> [B, H, S, D], times a scale (attention's head split of q).
+Instance permute_heads(int64_t n) {
+  const int64_t h = 12, d = 64, s = std::max<int64_t>(1, n / (h * d));
+  Instance w;
+  w.in = {make(DType::kF32, {1, s, h, d}, 13, -1, 1)};
+  w.out = {make(DType::kF32, {1, h, s, d}, 0, 0, 0)};
+  w.items = h;
+  w.build = [h, d] {
+    KernelBuilder kb("permute_heads");
+    Value x = kb.load("x", DType::kF32, {1, kb.symbol("S"), h, d});
+    kb.store("y", kb.binary(BinaryOp::kMul, kb.permute(x, {0, 2, 1, 3}), 0.125));
+    return kb.build();
+  };
+  w.fused = [s, h, d](Instance& m, int64_t h0, int64_t h1) {
+    const float* x = m.in[0].f();
+    float* y = m.out[0].f();
+    for (int64_t hh = h0; hh < h1; ++hh)
+      for (int64_t ss = 0; ss < s; ++ss)
+        for (int64_t k = 0; k < d; ++k)
+          y[(hh * s + ss) * d + k] = x[(ss * h + hh) * d + k] * 0.125f;
+  };
+  return finish(std::move(w));
+}
+
+// Rotary embedding on [S, H, 64]: y = x * cos[s] + rotate_half(x) * sin[s], rotate_half(x) =
+// concat(-x[..., 32:], x[..., :32]); cos/sin [S, 1, 64] broadcast over the heads.
+Instance rotary(int64_t n) {
+  const int64_t h = 8, d = 64, s = std::max<int64_t>(1, n / (h * d));
+  Instance w;
+  w.in = {make(DType::kF32, {s, h, d}, 14, -1, 1), make(DType::kF32, {s, 1, d}, 15, -1, 1),
+          make(DType::kF32, {s, 1, d}, 16, -1, 1)};
+  w.out = {make(DType::kF32, {s, h, d}, 0, 0, 0)};
+  w.items = s;
+  w.build = [h, d] {
+    KernelBuilder kb("rotary");
+    dvm::Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {S, h, d});
+    Value cs = kb.load("cos", DType::kF32, {S, 1, d});
+    Value sn = kb.load("sin", DType::kF32, {S, 1, d});
+    Value rot =
+        kb.concat({kb.unary(UnaryOp::kNeg, kb.slice(x, 2, d / 2, d)), kb.slice(x, 2, 0, d / 2)}, 2);
+    kb.store("y", kb.add(kb.mul(x, cs), kb.mul(rot, sn)));
+    return kb.build();
+  };
+  w.fused = [h, d](Instance& m, int64_t s0, int64_t s1) {
+    const float *x = m.in[0].f(), *cs = m.in[1].f(), *sn = m.in[2].f();
+    float* y = m.out[0].f();
+    const int64_t half = d / 2;
+    for (int64_t ss = s0; ss < s1; ++ss)
+      for (int64_t hh = 0; hh < h; ++hh) {
+        const float* xr = x + (ss * h + hh) * d;
+        float* yr = y + (ss * h + hh) * d;
+        const float *c = cs + ss * d, *sv = sn + ss * d;
+        for (int64_t k = 0; k < half; ++k) yr[k] = xr[k] * c[k] - xr[k + half] * sv[k];
+        for (int64_t k = half; k < d; ++k) yr[k] = xr[k] * c[k] + xr[k - half] * sv[k];
+      }
+  };
+  return finish(std::move(w));
+}
+
+// Half-precision storage: gelu of f16 into f16; bf16 in, f32 affine out.
+Instance half_io(int64_t n, DType in_t, DType out_t) {
+  Instance w;
+  w.in = {make(in_t, {n}, 17, -3, 3)};
+  w.out = {make(out_t, {n}, 0, 0, 0)};
+  w.items = n;
+  w.build = [in_t, out_t] {
+    KernelBuilder kb("half_io");
+    Value x = kb.cast(kb.load("x", in_t, {kb.symbol("N")}), DType::kF32);
+    Value y = out_t == DType::kF16
+                  ? kb.unary(UnaryOp::kGeluErf, x)
+                  : kb.binary(BinaryOp::kAdd, kb.binary(BinaryOp::kMul, x, 2.0), 1.0);
+    kb.store("y", y, out_t);
+    return kb.build();
+  };
+  w.fused = [in_t, out_t](Instance& m, int64_t i0, int64_t i1) {
+    const uint16_t* x = m.in[0].h();
+    if (out_t == DType::kF16) {
+      uint16_t* y = m.out[0].h();
+      for (int64_t i = i0; i < i1; ++i) y[i] = to_f16(gelu_erf(from_f16(x[i])));
+    } else {
+      float* y = m.out[0].f();
+      for (int64_t i = i0; i < i1; ++i)
+        y[i] = (in_t == DType::kBF16 ? from_bf16(x[i]) : from_f16(x[i])) * 2.0f + 1.0f;
+    }
+  };
+  return finish(std::move(w));
+}
+
+const std::vector<Workload>& workloads() {
+  static const std::vector<Workload> all = {
+      {"silu_mul", silu_mul},
+      {"bcast_relu_c32", [](int64_t n) { return row_col_bcast(n, 32, false); }},
+      {"bcast_relu_c64", [](int64_t n) { return row_col_bcast(n, 64, false); }},
+      {"bcast_relu_c96", [](int64_t n) { return row_col_bcast(n, 96, false); }},
+      {"bcast_gelu_c768", [](int64_t n) { return row_col_bcast(n, 768, true); }},
+      {"rmsnorm_c64", [](int64_t n) { return norm(n, 64, Norm::kRms); }},
+      {"rmsnorm_c4096", [](int64_t n) { return norm(n, 4096, Norm::kRms); }},
+      {"rmsnorm_c16384", [](int64_t n) { return norm(n, 16384, Norm::kRms); }},
+      {"softmax_c512", [](int64_t n) { return norm(n, 512, Norm::kSoftmax); }},
+      {"logsoftmax_c64", [](int64_t n) { return norm(n, 64, Norm::kLogSoftmax); }},
+      {"logsoftmax_c16384", [](int64_t n) { return norm(n, 16384, Norm::kLogSoftmax); }},
+      {"add_layernorm_c768", [](int64_t n) { return norm(n, 768, Norm::kAddLayerNorm); }},
+      {"col_sum", col_sum},
+      {"mid_sum", mid_sum},
+      {"transpose_add", transpose_add},
+      {"permute_heads", permute_heads},
+      {"rotary", rotary},
+      {"f16_gelu", [](int64_t n) { return half_io(n, DType::kF16, DType::kF16); }},
+      {"bf16_affine", [](int64_t n) { return half_io(n, DType::kBF16, DType::kF32); }},
+  };
+  return all;
+}
+
+// ---- benchmark bodies ----------------------------------------------------------------------
+
+void run_fused(Instance& w, Pool& pool) {
+  const std::function<void(int, int)> job = [&](int p, int parts) {
+    w.fused(w, split(w.items, p, parts), split(w.items, p + 1, parts));
+  };
+  pool.run(w.in[0].numel(), job);
+}
+
+void bm_fused(benchmark::State& st, const Workload& wl, int threads) {
+  Instance w = wl.make(st.range(0));
+  Pool pool(threads);
+  run_fused(w, pool);  // first touch outside the timing
+  for (auto _ : st) {
+    run_fused(w, pool);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * w.bytes);
+  st.counters["threads"] = threads;
+}
+
+void bm_dvm(benchmark::State& st, const Workload& wl, int threads) {
+  Instance w = wl.make(st.range(0));
+  auto kernel = w.build();
+  if (!kernel.is_ok()) return st.SkipWithError(kernel.status().to_string().c_str());
+  dvm::CompileOptions opts;
+  opts.num_threads = threads;
+  auto ck = dvm::CompiledKernel::create(*kernel, opts);
+  if (!ck.is_ok()) return st.SkipWithError(ck.status().to_string().c_str());
+  std::vector<dvm::TensorArg> in, out;
+  for (Tensor& t : w.in) in.push_back(t.arg());
+  for (Tensor& t : w.out) out.push_back(t.arg());
+  // Correctness guard against the baseline.
+  Pool one(1);
+  run_fused(w, one);
+  std::vector<Tensor> want = w.out;
+  dvm::Status s = (*ck)->run(in, out);
+  if (!s.is_ok()) return st.SkipWithError(s.to_string().c_str());
+  double err = 0, scale = 0;
+  for (size_t k = 0; k < want.size(); ++k)
+    for (int64_t i = 0; i < want[k].numel(); ++i)
+      scale = std::max(scale, std::fabs(double(want[k].at(i))));
+  for (size_t k = 0; k < want.size(); ++k)
+    for (int64_t i = 0; i < want[k].numel(); ++i)
+      err =
+          std::max(err, std::fabs(double(w.out[k].at(i)) - want[k].at(i)) / std::max(scale, 1e-30));
+  if (std::getenv("DVM_SUITE_DEBUG"))
+    std::fprintf(stderr, "%s: want %g %g got %g %g\n", wl.name.c_str(), want[0].at(0),
+                 want[0].at(1), w.out[0].at(0), w.out[0].at(1));
+  for (auto _ : st) {
+    dvm::Status r = (*ck)->run(in, out);
+    if (!r.is_ok()) return st.SkipWithError(r.to_string().c_str());
+  }
+  st.SetBytesProcessed(st.iterations() * w.bytes);
+  st.counters["threads"] = threads;
+  st.counters["max_rel_err"] = err;
+}
+
+void register_all() {
+  const int64_t sizes[] = {4096, int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 24};
+  using Fn = void (*)(benchmark::State&, const Workload&, int);
+  struct Variant {
+    const char* name;
+    Fn fn;
+    int threads;
+  };
+  const Variant variants[] = {{"dvm_st", bm_dvm, 1},
+                              {"fused_st", bm_fused, 1},
+                              {"dvm_mt", bm_dvm, kThreads},
+                              {"fused_mt", bm_fused, kThreads}};
+  for (const Workload& w : workloads()) {
+    for (const Variant& v : variants) {
+      std::string name = "suite/" + w.name + "/" + v.name;
+      auto* b = benchmark::RegisterBenchmark(
+          name.c_str(), [&w, v](benchmark::State& st) { v.fn(st, w, v.threads); });
+      for (int64_t n : sizes) b->Arg(n);
+      b->UseRealTime()->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("bench_threads", std::to_string(kThreads));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
