@@ -568,9 +568,9 @@ TEST(Verifier, SurvivesRandomBitFlips) {
 // Opcode numbers are internal to a format version: the elementwise opcodes are generated from
 // ops.def, so a new op renumbers everything after it. Programs are never stored across
 // versions, but a change must bump kFormatVersion (the verifier rejects programs of another
-// version). The fingerprint covers every opcode's number, mnemonic, operand format and
-// family; when the table changes this test fails until the version is bumped and the new
-// fingerprint recorded here.
+// version). The fingerprint covers every opcode's number, mnemonic, operand format, family
+// and (elementwise opcodes) its op's kind in ops.def; when the table changes this test fails until
+// the version is bumped and the new fingerprint recorded here.
 TEST(Isa, TableChangesBumpTheFormatVersion) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   auto mix = [&h](uint64_t v) {
@@ -581,12 +581,17 @@ TEST(Isa, TableChangesBumpTheFormatVersion) {
     mix(static_cast<uint64_t>(op));
     for (const char* c = kOpInfo[op].mnemonic; *c; ++c) mix(static_cast<unsigned char>(*c));
     mix(static_cast<uint64_t>(kOpInfo[op].format) << 8 | static_cast<uint64_t>(kOpInfo[op].family));
+    // What the verifier accepts for an elementwise opcode follows its op's kind in ops.def.
+    if (is_unary(static_cast<Opcode>(op)))
+      mix(static_cast<uint64_t>(ops::unary_kind(unary_of(static_cast<Opcode>(op)))));
+    if (is_binary(static_cast<Opcode>(op)))
+      mix(static_cast<uint64_t>(ops::binary_kind(binary_of(static_cast<Opcode>(op)))));
   }
   struct Golden {
     uint32_t version;
     uint64_t fingerprint;
   };
-  constexpr Golden kGolden = {2, 7959883368141710247ull};
+  constexpr Golden kGolden = {2, 12276180549071300530ull};
   EXPECT_EQ(kFormatVersion, kGolden.version)
       << "kFormatVersion changed: record the fingerprint " << h << " for it here";
   EXPECT_EQ(h, kGolden.fingerprint)

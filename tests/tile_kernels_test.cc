@@ -1,5 +1,5 @@
 // The CPU tile kernels (src/vm/cpu/tile_kernels.h) against the scalar spec
-// (src/vm/scalar_ops.h): every function, every increment pattern, sizes around the vector
+// (src/ops/scalar_ops.h): every function, every increment pattern, sizes around the vector
 // widths, special values, in-place aliasing. Transcendental bounds are in docs/numerics.md.
 #include "vm/cpu/tile_kernels.h"
 

@@ -1,5 +1,5 @@
 // The runtime operator compiler's driver: stages (stage_builder), then per stage the layout
-// (layout) and the program (emitter), verified and decoded for the interpreter.
+// (layout) and the program (emitter), verified; the backend loads the programs (vm::load).
 #include "encoder/encoder.h"
 
 #include <algorithm>
@@ -9,8 +9,6 @@
 #include "encoder/encoder_impl.h"
 
 namespace dvm::enc {
-
-namespace {}  // namespace
 
 Status Encoder::emit_stage(int stage, EncodedKernel* out) {
   Stage& st = stages_[stage];
@@ -70,8 +68,10 @@ Status Encoder::run(EncodedKernel* out) {
   out->num_outputs = static_cast<int>(outputs_.size());
   size_t slots = inputs_.size() + outputs_.size() + workspaces_.size();
   out->slot_spans.assign(slots, {INT64_MAX, INT64_MIN});
-  for (const Workspace& w : workspaces_)
+  for (const Workspace& w : workspaces_) {
     out->workspace_bytes.push_back(w.view.shape.numel() * dtype_size(w.view.dtype));
+    out->workspace_elems.push_back(w.view.shape.numel());
+  }
   for (int s : order_) DVM_RETURN_IF_ERROR(emit_stage(s, out));
   return Status::ok();
 }

@@ -29,6 +29,7 @@ struct EncodeOptions {
 struct EncodedKernel {
   std::vector<bc::Program> programs;
   std::vector<int64_t> workspace_bytes;  // one per workspace slot
+  std::vector<int64_t> workspace_elems;  // the same in elements of the workspace's dtype
   int num_inputs = 0;
   int num_outputs = 0;
   // Per slot: element span [lo, hi] touched (lo > hi: untouched); checked at every call

@@ -1,5 +1,5 @@
 // Pass: constant folding. Unary, binary, cast and select ops whose operands are all scalar
-// constants become constants, computed with the VM's scalar semantics (src/vm/scalar_ops.h),
+// constants become constants, computed with the VM's scalar semantics (src/ops/scalar_ops.h),
 // so folding never changes a result. f16/bf16 constants and symbolic scalars are left alone.
 #include <optional>
 

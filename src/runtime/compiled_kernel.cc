@@ -242,7 +242,7 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
       size_t bytes = static_cast<size_t>(ek.workspace_bytes[s - io]);
       if (ws.size() < bytes) ws.resize(bytes);
       slots[s] = ws.data();
-      storage = ek.workspace_bytes[s - io];  // bytes >= elements: checked below per dtype
+      storage = ek.workspace_elems[s - io];
     }
     if (lo > hi) continue;
     if (slots[s] == nullptr || lo < 0 || hi >= storage) {

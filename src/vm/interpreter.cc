@@ -158,7 +158,7 @@ void BlockRunner::exec_unary(const Instr& in) {
     return;
   }
   UnaryOp op = bc::unary_of(in.op);
-  bool pred = op == UnaryOp::kIsFinite || op == UnaryOp::kIsNan || op == UnaryOp::kLogicalNot;
+  bool pred = ops::is_predicate(op);
   Ref d = resolve(in.d, pred ? CType::kI32 : in.ctype);
   Ref a = resolve(in.a, in.ctype);
   int es = ctype_size(in.ctype);

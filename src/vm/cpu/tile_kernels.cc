@@ -1,7 +1,7 @@
 // Row kernels of the CPU VM (see tile_kernels.h). The f32 hot paths (unary, binary,
 // comparisons, select, fma, row reductions, accumulate) are Highway SIMD compiled for several
 // targets and dispatched at run time; integer, i64, conversion and arg-reduction rows are plain
-// loops over the scalar spec (src/vm/scalar_ops.h) compiled once.
+// loops over the scalar spec (src/ops/scalar_ops.h) compiled once.
 //
 // Tails: the last partial vector is copied into a padded stack buffer and run through the same
 // SIMD code, so an element's result never depends on its position in the row.

@@ -8,7 +8,7 @@
 //   element type (in-place elementwise update).
 // - Floats compute in f32; integer arithmetic wraps (two's complement, no UB); integer
 //   floor_divide/remainder by zero give 0. Booleans are i32 0/1 in registers.
-// - Semantics are exactly those of src/vm/scalar_ops.h (the reference executor uses the same
+// - Semantics are exactly those of src/ops/scalar_ops.h (the reference executor uses the same
 //   functions); SIMD transcendentals agree within the bounds documented there.
 // Implemented with Highway, dynamically dispatched to the best SIMD target of the machine.
 #pragma once
