@@ -144,12 +144,10 @@ void BlockRunner::exec_unary_pre(const Instr& in) {
   Ref a = resolve(in.a, CType::kF32);
   Ref b = resolve(in.b, CType::kF32);
   int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
-  for (int64_t r = 0; r < rows; ++r) {
-    cpu::unary_pre_f32(op, in.flags, reinterpret_cast<float*>(d.p + r * d.rs * 4),
-                       reinterpret_cast<const float*>(a.p + r * a.rs * 4), static_cast<int>(a.cs),
-                       reinterpret_cast<const float*>(b.p + r * b.rs * 4), static_cast<int>(b.cs),
-                       cols);
-  }
+  cpu::unary_pre_f32_rows(op, in.flags, cpu::Rows{rows, d.rs, a.rs, b.rs},
+                          reinterpret_cast<float*>(d.p), reinterpret_cast<const float*>(a.p),
+                          static_cast<int>(a.cs), reinterpret_cast<const float*>(b.p),
+                          static_cast<int>(b.cs), cols);
 }
 
 void BlockRunner::exec_unary(const Instr& in) {
@@ -164,6 +162,11 @@ void BlockRunner::exec_unary(const Instr& in) {
   int es = ctype_size(in.ctype);
   int ds = pred ? 4 : es;
   int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  if (!pred && in.ctype == CType::kF32) {  // one call for the whole tile
+    cpu::unary_f32_rows(op, cpu::Rows{rows, d.rs, a.rs}, reinterpret_cast<float*>(d.p),
+                        reinterpret_cast<const float*>(a.p), static_cast<int>(a.cs), cols);
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     char* dp = d.p + r * d.rs * ds;
     const char* ap = a.p + r * a.rs * es;
@@ -203,6 +206,12 @@ void BlockRunner::exec_binary(const Instr& in) {
   int es = ctype_size(in.ctype);
   int ds = cmp ? 4 : es;
   int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
+  if (!cmp && in.ctype == CType::kF32) {  // one call for the whole tile
+    cpu::binary_f32_rows(op, cpu::Rows{rows, d.rs, a.rs, b.rs}, reinterpret_cast<float*>(d.p),
+                         as<float>(a), static_cast<int>(a.cs), as<float>(b), static_cast<int>(b.cs),
+                         cols);
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     char* dp = d.p + r * d.rs * ds;
     Ref ar{a.p + r * a.rs * es, 0, a.cs}, br{b.p + r * b.rs * es, 0, b.cs};
@@ -302,13 +311,10 @@ void BlockRunner::exec_data(const Instr& in) {
       Ref a = resolve(in.a, in.ctype);
       Ref b = resolve(in.b, in.ctype);
       Ref c = resolve(in.c, in.ctype);
-      for (int64_t r = 0; r < rows; ++r) {
-        cpu::fma_f32(reinterpret_cast<float*>(d.p + r * d.rs * 4),
-                     reinterpret_cast<const float*>(a.p + r * a.rs * 4), static_cast<int>(a.cs),
-                     reinterpret_cast<const float*>(b.p + r * b.rs * 4), static_cast<int>(b.cs),
-                     reinterpret_cast<const float*>(c.p + r * c.rs * 4), static_cast<int>(c.cs),
-                     cols);
-      }
+      cpu::fma_f32_rows(cpu::Rows{rows, d.rs, a.rs, b.rs, c.rs}, reinterpret_cast<float*>(d.p),
+                        reinterpret_cast<const float*>(a.p), static_cast<int>(a.cs),
+                        reinterpret_cast<const float*>(b.p), static_cast<int>(b.cs),
+                        reinterpret_cast<const float*>(c.p), static_cast<int>(c.cs), cols);
       return;
     }
     case bc::Opcode::kMatMul:
@@ -380,6 +386,7 @@ void BlockRunner::exec_chain(int32_t pc) {
     return ChainOperand{r.p, r.rs, r.cs, -1};
   };
   ChainOperand ops[bc::kMaxChainBody][4];
+  for (auto& row : ops) std::fill(std::begin(row), std::end(row), ChainOperand{nullptr, 0, 0, -1});
   for (int i = 0; i < k; ++i) {
     const Instr& in = body[i];
     bool fma = in.op == bc::Opcode::kFma;
@@ -409,8 +416,12 @@ void BlockRunner::exec_chain(int32_t pc) {
     slot_reg[s] = in.d.index;
     ops[i][0] = ChainOperand{nullptr, 0, 1, s};
   }
-  int64_t rows = rows_of(head.cls), cols = cols_of(head.cls);
-  for (int64_t r = 0; r < rows; ++r) {
+  // Short rows run in blocks of several rows per strip (one kernel call per block, scratch
+  // rows back to back); rows longer than a strip run strip by strip.
+  const int64_t rows = rows_of(head.cls), cols = cols_of(head.cls);
+  const int64_t block_rows = cols > 0 && cols < kChainStrip ? kChainStrip / cols : 1;
+  for (int64_t r = 0; r < rows; r += block_rows) {
+    const int64_t nb = std::min(block_rows, rows - r);
     for (int64_t c0 = 0; c0 < cols; c0 += kChainStrip) {
       const int64_t n = std::min(kChainStrip, cols - c0);
       auto at = [&](const ChainOperand& o) {
@@ -418,19 +429,22 @@ void BlockRunner::exec_chain(int32_t pc) {
                               : reinterpret_cast<float*>(o.p + (r * o.rs + c0 * o.cs) * 4);
       };
       auto inc = [](const ChainOperand& o) { return o.scratch >= 0 ? 1 : static_cast<int>(o.cs); };
+      auto rs = [n](const ChainOperand& o) { return o.scratch >= 0 ? n : o.rs; };
       for (int i = 0; i < k; ++i) {
         const Instr& in = body[i];
         const ChainOperand* o = ops[i];
+        const cpu::Rows blk{nb, rs(o[0]), rs(o[1]), rs(o[2]), rs(o[3])};
         if (in.op == bc::Opcode::kFma) {
-          cpu::fma_f32(at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]), inc(o[3]), n);
+          cpu::fma_f32_rows(blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]),
+                            inc(o[3]), n);
         } else if (bc::is_binary(in.op)) {
-          cpu::binary_f32(bc::binary_of(in.op), at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]),
-                          n);
+          cpu::binary_f32_rows(bc::binary_of(in.op), blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]),
+                               inc(o[2]), n);
         } else if (in.flags != 0) {
-          cpu::unary_pre_f32(bc::unary_of(in.op), in.flags, at(o[0]), at(o[1]), inc(o[1]), at(o[2]),
-                             inc(o[2]), n);
+          cpu::unary_pre_f32_rows(bc::unary_of(in.op), in.flags, blk, at(o[0]), at(o[1]), inc(o[1]),
+                                  at(o[2]), inc(o[2]), n);
         } else {
-          cpu::unary_f32(bc::unary_of(in.op), at(o[0]), at(o[1]), inc(o[1]), n);
+          cpu::unary_f32_rows(bc::unary_of(in.op), blk, at(o[0]), at(o[1]), inc(o[1]), n);
         }
       }
     }

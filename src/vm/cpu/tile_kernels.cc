@@ -356,9 +356,12 @@ HWY_INLINE VF SignF(DF d, VF x) {
 
 // Floor/Ceil/Round/Trunc keep the sign of x (-0 stays -0 also where an emulated target
 // loses it).
-void UnaryF32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
+void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n) {
   const DF d;
-  const auto run = [&](auto f) { Map1(d, d, dst, a, ainc, n, f); };
+  const auto run = [&](auto f) {
+    if (rs.dense1(n, ainc)) return Map1(d, d, dst, a, ainc, rs.rows * n, f);
+    for (int64_t r = 0; r < rs.rows; ++r) Map1(d, d, dst + r * rs.d, a + r * rs.a, ainc, n, f);
+  };
   switch (op) {
     case UnaryOp::kNeg:
       return run([](VF x) { return hn::Neg(x); });
@@ -411,7 +414,9 @@ void UnaryF32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
     case UnaryOp::kIsFinite:
     case UnaryOp::kIsNan:
     case UnaryOp::kLogicalNot:
-      for (int64_t i = 0; i < n; ++i) dst[i] = ops::unary_f32(op, a[ainc ? i : 0]);
+      for (int64_t r = 0; r < rs.rows; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          dst[r * rs.d + i] = ops::unary_f32(op, a[r * rs.a + (ainc ? i : 0)]);
       return;
   }
 }
@@ -437,10 +442,14 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
   }
 }
 
-void BinaryF32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
-               int64_t n) {
+void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
+               int binc, int64_t n) {
   const DF d;
-  const auto run = [&](auto f) { Map2(d, d, dst, a, ainc, b, binc, n, f); };
+  const auto run = [&](auto f) {
+    if (rs.dense2(n, ainc, binc)) return Map2(d, d, dst, a, ainc, b, binc, rs.rows * n, f);
+    for (int64_t r = 0; r < rs.rows; ++r)
+      Map2(d, d, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, f);
+  };
   switch (op) {
     case BinaryOp::kAdd:
       return run([](VF x, VF y) { return hn::Add(x, y); });
@@ -456,24 +465,32 @@ void BinaryF32(BinaryOp op, float* dst, const float* a, int ainc, const float* b
       return run([](VF x, VF y) { return NanMin(x, y); });
     case BinaryOp::kPow:
       // pow(x, 2) rounds x*x exactly like the double spec; other exponents stay exact.
-      if (binc == 0 && b[0] == 2.0f) return run([](VF x, VF) { return hn::Mul(x, x); });
+      if (binc == 0 && rs.b == 0 && b[0] == 2.0f)
+        return run([](VF x, VF) { return hn::Mul(x, x); });
       [[fallthrough]];
     default:
-      for (int64_t i = 0; i < n; ++i)
-        dst[i] = ops::binary_f32(op, a[ainc ? i : 0], b[binc ? i : 0]);
+      for (int64_t r = 0; r < rs.rows; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          dst[r * rs.d + i] =
+              ops::binary_f32(op, a[r * rs.a + (ainc ? i : 0)], b[r * rs.b + (binc ? i : 0)]);
   }
 }
 
 // dst[i] = op(a[i] + b[i]) (pre 1) or op(a[i] - b[i]) (pre 2): the add/sub stays in a vector
 // register instead of making its own pass over the tile; the same bits as the two ops apart.
-void UnaryPreF32(UnaryOp op, int pre, float* dst, const float* a, int ainc, const float* b,
-                 int binc, int64_t n) {
+void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
+                 const float* b, int binc, int64_t n) {
   const DF d;
+  const auto map = [&](auto g) {
+    if (rs.dense2(n, ainc, binc)) return Map2(d, d, dst, a, ainc, b, binc, rs.rows * n, g);
+    for (int64_t r = 0; r < rs.rows; ++r)
+      Map2(d, d, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, g);
+  };
   const auto run = [&](auto f) {
     if (pre == 1) {
-      Map2(d, d, dst, a, ainc, b, binc, n, [&](VF x, VF y) DVM_INL { return f(hn::Add(x, y)); });
+      map([&](VF x, VF y) DVM_INL { return f(hn::Add(x, y)); });
     } else {
-      Map2(d, d, dst, a, ainc, b, binc, n, [&](VF x, VF y) DVM_INL { return f(hn::Sub(x, y)); });
+      map([&](VF x, VF y) DVM_INL { return f(hn::Sub(x, y)); });
     }
   };
   switch (op) {
@@ -494,8 +511,8 @@ void UnaryPreF32(UnaryOp op, int pre, float* dst, const float* a, int ainc, cons
         return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d)));
       });
     default:
-      BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, dst, a, ainc, b, binc, n);
-      UnaryF32(op, dst, dst, 1, n);
+      BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, rs, dst, a, ainc, b, binc, n);
+      UnaryF32(op, Rows{rs.rows, rs.d, rs.d, 0, 0}, dst, dst, 1, n);
   }
 }
 
@@ -543,17 +560,22 @@ void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, i
        [du](VU vc, VU va, VU vb) { return hn::IfThenElse(hn::Ne(vc, hn::Zero(du)), va, vb); });
 }
 
-void FmaF32(float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
-            int cinc, int64_t n) {
+void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
+            const float* c, int cinc, int64_t n) {
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    float* dr = dst + r * rs.d;
+    const float *ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
 #if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
-  // No fused multiply-add instruction: keep the single rounding of the spec.
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = std::fma(a[ainc ? i : 0], b[binc ? i : 0], c[cinc ? i : 0]);
-  }
+    // No fused multiply-add instruction: keep the single rounding of the spec.
+    for (int64_t i = 0; i < n; ++i) {
+      dr[i] = std::fma(ar[ainc ? i : 0], br[binc ? i : 0], cr[cinc ? i : 0]);
+    }
 #else
-  const DF d;
-  Map3(d, dst, a, ainc, b, binc, c, cinc, n, [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
+    const DF d;
+    Map3(d, dr, ar, ainc, br, binc, cr, cinc, n,
+         [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
 #endif
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -925,10 +947,17 @@ T load_elem(DType from, const void* src, int64_t i) {
 
 void unary_pre_f32(UnaryOp op, int pre, float* dst, const float* a, int ainc, const float* b,
                    int binc, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(UnaryPreF32)(op, pre, dst, a, ainc, b, binc, n);
+  HWY_DYNAMIC_DISPATCH(UnaryPreF32)(op, pre, Rows{}, dst, a, ainc, b, binc, n);
 }
 void unary_f32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(UnaryF32)(op, dst, a, ainc, n);
+  HWY_DYNAMIC_DISPATCH(UnaryF32)(op, Rows{}, dst, a, ainc, n);
+}
+void unary_pre_f32_rows(UnaryOp op, int pre, const Rows& rows, float* dst, const float* a, int ainc,
+                        const float* b, int binc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(UnaryPreF32)(op, pre, rows, dst, a, ainc, b, binc, n);
+}
+void unary_f32_rows(UnaryOp op, const Rows& rows, float* dst, const float* a, int ainc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(UnaryF32)(op, rows, dst, a, ainc, n);
 }
 void unary_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n) {
   unary_int_row<int32_t>(op, dst, a, ainc, n);
@@ -948,7 +977,11 @@ void predicate_i64(UnaryOp op, int32_t* dst, const int64_t* a, int ainc, int64_t
 
 void binary_f32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
                 int64_t n) {
-  HWY_DYNAMIC_DISPATCH(BinaryF32)(op, dst, a, ainc, b, binc, n);
+  HWY_DYNAMIC_DISPATCH(BinaryF32)(op, Rows{}, dst, a, ainc, b, binc, n);
+}
+void binary_f32_rows(BinaryOp op, const Rows& rows, float* dst, const float* a, int ainc,
+                     const float* b, int binc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryF32)(op, rows, dst, a, ainc, b, binc, n);
 }
 void binary_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
                 int64_t n) {
@@ -1179,7 +1212,11 @@ void argaccumulate_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t*
 
 void fma_f32(float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
              int cinc, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(FmaF32)(dst, a, ainc, b, binc, c, cinc, n);
+  HWY_DYNAMIC_DISPATCH(FmaF32)(Rows{}, dst, a, ainc, b, binc, c, cinc, n);
+}
+void fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const float* b, int binc,
+                  const float* c, int cinc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(FmaF32)(rows, dst, a, ainc, b, binc, c, cinc, n);
 }
 
 const char* simd_target_name() {

@@ -20,12 +20,29 @@
 
 namespace dvm::vm::cpu {
 
+// A block of rows for the *_rows variants: the same row kernel over `rows` rows, the row r
+// of each operand at element offset r * (its row stride) from its pointer; one dispatch per
+// block instead of one per row (rows of 32-96 columns are common). Where every operand's rows
+// are back to back (row stride n with increment 1, or 0 with increment 0) the block runs as
+// one row of rows * n elements.
+struct Rows {
+  int64_t rows = 1;
+  int64_t d = 0, a = 0, b = 0, c = 0;  // row strides (elements) of dst and the sources
+  bool dense1(int64_t n, int ainc) const { return rows > 1 && d == n && (ainc ? a == n : a == 0); }
+  bool dense2(int64_t n, int ainc, int binc) const {
+    return dense1(n, ainc) && (binc ? b == n : b == 0);
+  }
+};
+
 // dst[i] = op(a[i]); value-producing ops (not IsFinite/IsNan/LogicalNot).
 void unary_f32(UnaryOp op, float* dst, const float* a, int ainc, int64_t n);
 // dst[i] = op(a[i] + b[i]) (pre = 1) or op(a[i] - b[i]) (pre = 2), f32 value ops; bit-identical
 // to the add/sub and the op run apart.
 void unary_pre_f32(UnaryOp op, int pre, float* dst, const float* a, int ainc, const float* b,
                    int binc, int64_t n);
+void unary_f32_rows(UnaryOp op, const Rows& rows, float* dst, const float* a, int ainc, int64_t n);
+void unary_pre_f32_rows(UnaryOp op, int pre, const Rows& rows, float* dst, const float* a, int ainc,
+                        const float* b, int binc, int64_t n);
 // Integer-capable ops only (Neg, Abs, Relu, Sign, Floor/Ceil/Round/Trunc as identity).
 void unary_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n);
 void unary_i64(UnaryOp op, int64_t* dst, const int64_t* a, int ainc, int64_t n);
@@ -37,6 +54,8 @@ void predicate_i64(UnaryOp op, int32_t* dst, const int64_t* a, int ainc, int64_t
 // Arithmetic binary ops (kind 0 in ops.def).
 void binary_f32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
                 int64_t n);
+void binary_f32_rows(BinaryOp op, const Rows& rows, float* dst, const float* a, int ainc,
+                     const float* b, int binc, int64_t n);
 void binary_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
                 int64_t n);
 void binary_i64(BinaryOp op, int64_t* dst, const int64_t* a, int ainc, const int64_t* b, int binc,
@@ -103,6 +122,8 @@ void argaccumulate_i64(ReduceOp op, int64_t* vacc, int64_t* iacc, const int64_t*
 // Fused multiply-add: dst[i] = a[i] * b[i] + c[i] (f32).
 void fma_f32(float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
              int cinc, int64_t n);
+void fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const float* b, int binc,
+                  const float* c, int cinc, int64_t n);
 
 // Name of the SIMD target the dispatcher picked (e.g. "AVX3", "AVX2").
 const char* simd_target_name();
