@@ -24,15 +24,26 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def _torch_dtypes(torch):
-    return {
-        DType.F32: torch.float32,
-        DType.F16: torch.float16,
-        DType.BF16: torch.bfloat16,
-        DType.I32: torch.int32,
-        DType.I64: torch.int64,
-        DType.BOOL: torch.bool,
-    }
+_torch_maps = None
+
+
+def torch_dtype_maps():
+    """``({torch dtype: DType}, {DType: torch dtype})``: the torch <-> DVM dtype map (every
+    front uses this one), built once (imports torch)."""
+    global _torch_maps
+    if _torch_maps is None:
+        import torch
+
+        to_torch = {
+            DType.F32: torch.float32,
+            DType.F16: torch.float16,
+            DType.BF16: torch.bfloat16,
+            DType.I32: torch.int32,
+            DType.I64: torch.int64,
+            DType.BOOL: torch.bool,
+        }
+        _torch_maps = ({t: d for d, t in to_torch.items()}, to_torch)
+    return _torch_maps
 
 
 def _error(message):
@@ -52,9 +63,7 @@ def numpy_dtype(dtype):
 
 def torch_dtype(dtype):
     """The torch dtype of a DType (imports torch)."""
-    import torch
-
-    return _torch_dtypes(torch)[dtype]
+    return torch_dtype_maps()[1][dtype]
 
 
 def dtype_of(x):
@@ -66,10 +75,10 @@ def dtype_of(x):
         if isinstance(x, torch.Tensor):
             x = x.dtype
         if isinstance(x, torch.dtype):
-            for d, t in _torch_dtypes(torch).items():
-                if t == x:
-                    return d
-            raise _error(f"torch dtype {x} is not a DVM dtype")
+            d = torch_dtype_maps()[0].get(x)
+            if d is None:
+                raise _error(f"torch dtype {x} is not a DVM dtype")
+            return d
     try:
         nd = np.dtype(getattr(x, "dtype", x))
     except TypeError:
@@ -91,7 +100,7 @@ def empty(shape, dtype, like=()):
     if dtype == DType.BF16 or any(_is_torch(a) for a in like):
         import torch
 
-        return torch.empty(tuple(shape), dtype=_torch_dtypes(torch)[dtype])
+        return torch.empty(tuple(shape), dtype=torch_dtype_maps()[1][dtype])
     return np.empty(tuple(shape), dtype=numpy_dtype(dtype))
 
 

@@ -182,6 +182,51 @@ def test_view_ops_of_pending_and_real_tensors():
         torch.testing.assert_close(v, w)
 
 
+def test_attention_follows_the_rule_shared_with_the_backend():
+    # One rule for both fronts (dvm.aten_ops.attention_refusal): causal attention with
+    # different query and key lengths is recorded, top-left aligned as torch's is_causal; the
+    # CPU flash op's logsumexp is recorded too.
+    g = torch.Generator().manual_seed(3)
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    for lq, lk in [(3, 7), (7, 3)]:
+        q = torch.randn(2, 4, lq, 8, generator=g)
+        k, v = (torch.randn(2, 4, lk, 8, generator=g) for _ in range(2))
+        want = [F.scaled_dot_product_attention(q, k, v, is_causal=True)]
+        want += list(flash(q, k, v, is_causal=True)[:2])
+        with torch.no_grad(), L():
+            got = [F.scaled_dot_product_attention(q, k, v, is_causal=True)]
+            got += list(flash(q, k, v, is_causal=True)[:2])
+            assert all(L.is_pending(t) for t in got)
+        for w, v_ in zip(want, got):
+            torch.testing.assert_close(v_, w, rtol=1e-5, atol=1e-5)
+
+
+def test_logical_ops_and_predicates_from_the_shared_table():
+    # Elementwise ops come from dvm.aten_ops with DVM's kinds: bitwise ops are recorded on
+    # bools (logical) and run in PyTorch on integers (bitwise: no DVM op, and no fallback).
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(4, 5, generator=g) > 0, torch.randn(4, 5, generator=g) > 0
+    x = torch.randn(4, 5, generator=g)
+    x[0, 0], x[1, 1], x[2, 2] = float("inf"), float("nan"), float("-inf")
+    i, j = torch.arange(20).view(4, 5), torch.arange(20).view(4, 5).flip(0)
+
+    def prog():
+        return [a & b, a | b, a ^ b, ~a, torch.logical_xor(a, b), torch.logical_not(x),
+                torch.isnan(x), F.silu(x * 2)]
+
+    with torch.no_grad():
+        want = prog() + [i & j, ~i]
+        with L():
+            got = prog()
+            assert all(L.is_pending(t) for t in got)
+            got += [i & j, ~i]
+            assert not L.is_pending(got[-1])
+    for w, v in zip(want, got):
+        assert v.dtype == w.dtype
+        torch.testing.assert_close(v, w, equal_nan=True)
+    assert L.handler_fallbacks() == {}
+
+
 # ---------------------------------------------------------------------------------------------
 # Flush triggers
 

@@ -128,6 +128,15 @@ def two(lo=-3.0, hi=3.0, dt2=None, bshape=None):
     return mk
 
 
+def with_nans(make):
+    """Float arguments of `make` with about a third of their elements NaN."""
+    def mk(dt, g, v):
+        return tuple(t.masked_fill(torch.rand(t.shape, generator=g) < 0.3, float("nan"))
+                     if t.dtype.is_floating_point else t for t in make(dt, g, v))
+
+    return mk
+
+
 ALL = FLOATS + (I32, I64)
 
 # Known C++ limit (sym simplifier): split/slice of a symbolic dim s into (s+1)//2-sized parts has the DVM
@@ -157,6 +166,9 @@ CASES = [
     ("div", lambda a, b: a / b, two(0.5, 3.0), FL + (I64,)),
     ("div_scalar", lambda a: a / 4, one(), FL),
     ("div_floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), two(1, 4), (F32, I64)),
+    # NaN-ignoring: DVM's maximum / minimum propagate NaN, fmax / fmin take the other operand
+    ("fmax", torch.fmax, with_nans(two()), (F32, BF16, I32)),
+    ("fmin", torch.fmin, with_nans(two()), (F32, I64)),
     ("div_trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"), two(0.5, 3), (F32,)),
     ("floor_divide", lambda a, b: torch.floor_divide(a, b), two(1, 4), (I32, I64)),
     ("remainder", lambda a, b: torch.remainder(a, b), two(1, 4), (F32, I64)),
@@ -325,6 +337,16 @@ CASES = [
      lambda dt, g, v: tuple(rand((2, 2, SZ(v)[1], 8), dt, g) for _ in range(3)), (F32,)),
     ("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      lambda dt, g, v: tuple(rand((2, 2, SZ(v)[1], 8), dt, g) for _ in range(3)), (F32, BF16)),
+    # causal with different query and key lengths: top-left, as torch's is_causal (the rule
+    # shared with lazy mode, dvm.aten_ops.attention_refusal)
+    ("sdpa_causal_lq_lk", lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
+                                                                          is_causal=True),
+     lambda dt, g, v: (rand((2, 2, SZ(v)[0], 8), dt, g),) + tuple(
+         rand((2, 2, SZ(v)[1], 8), dt, g) for _ in range(2)), (F32,)),
+    ("sdpa_causal_lk_lq", lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
+                                                                          is_causal=True),
+     lambda dt, g, v: (rand((2, 2, SZ(v)[1], 8), dt, g),) + tuple(
+         rand((2, 2, SZ(v)[0], 8), dt, g) for _ in range(2)), (F32,)),
     ("sdpa_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
      lambda dt, g, v: tuple(rand((1, 2, SZ(v)[1], 8), dt, g) for _ in range(3)) + (
          torch.randn(SZ(v)[1], SZ(v)[1], generator=g).to(dt),), (F32,)),

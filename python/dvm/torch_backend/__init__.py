@@ -5,7 +5,8 @@ every shape without recompiling.
     model = torch.compile(model, backend="dvm", dynamic=True)
 
 Modules: ``backend`` (the entry point: AOTAutograd with core-ATen decompositions), ``ops`` (the
-op table, one translator per op family), ``translate`` (FX -> dvm.GraphBuilder), ``symbolic``
+op table, one translator per op family, registered against the ATen -> DVM table that lazy mode
+shares: ``dvm.aten_ops``), ``translate`` (FX -> dvm.GraphBuilder), ``symbolic``
 (sympy sizes -> dvm.SymExpr), ``partition`` (DVM partitions vs ATen), ``runtime`` (the
 per-partition callable). ``DVM_LOG_FALLBACK=1`` (or logger "dvm" at DEBUG) logs every node
 that runs in PyTorch and why.

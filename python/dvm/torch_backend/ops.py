@@ -1,5 +1,9 @@
 """The op table: core-ATen overloads -> DVM graph ops, one translator per op family.
 
+Which ATen ops are translated and what DVM op each maps to come from the table shared with lazy
+mode (``dvm.aten_ops``): translators are registered by its keys, its elementwise meta-ops get
+one translator per kind of DVM op (DVM's own kinds), and its entries name the op family.
+
 Each translator is ``fn(tr, *args, **kwargs)``: ``tr`` is the ``Translator`` (its ``gb`` is the
 ``dvm.GraphBuilder``; ``tr.node`` the FX node, whose fake value gives PyTorch's output dtype and
 symbolic shape), args are the node's arguments with FX nodes replaced by their DVM values
@@ -18,12 +22,12 @@ from typing import Callable
 import torch
 
 import dvm
+from dvm import aten_ops as T
 
 from .symbolic import Unsupported, same_dim
 from .translate import DVM_TO_TORCH, Translator
 
 aten = torch.ops.aten
-prims = torch.ops.prims
 
 U = dvm.UnaryOp
 B = dvm.BinaryOp
@@ -42,23 +46,23 @@ class OpEntry:
 OPS: dict[object, OpEntry] = {}
 
 
-def register(family: str, *overloads):
+def register(*keys):
+    """Registers a translator for aten_ops table keys (those this torch has)."""
+
     def deco(fn):
-        for o in overloads:
-            OPS[o] = OpEntry(fn, family)
+        for k in keys:
+            o = T.resolve(k)
+            if o is not None:
+                e = T.TABLE[k]
+                OPS[o] = OpEntry(fn, e.family, inplace=e.variant == "inplace")
         return fn
 
     return deco
 
 
-def _ovl(packet, *names):
-    """Overloads of an op packet that exist in this torch (skips missing ones)."""
-    out = []
-    for n in names:
-        o = getattr(packet, n, None)
-        if o is not None:
-            out.append(o)
-    return out
+def _dvm_op(tr: Translator):
+    """The DVM op(s) the table maps the node's ATen op to."""
+    return T.entry(tr.node.target).dvm
 
 
 def _is_float(tdtype):
@@ -109,56 +113,29 @@ def _binary(tr: Translator, op, a, b, compute_dtype):
 
 # ---- pointwise binary -------------------------------------------------------------------------
 
-ARITH = {
-    "add": B.ADD,
-    "sub": B.SUB,
-    "mul": B.MUL,
-    "div": B.DIV,
-    "pow": B.POW,
-    "maximum": B.MAXIMUM,
-    "minimum": B.MINIMUM,
-    "remainder": B.REMAINDER,
-    "floor_divide": B.FLOOR_DIV,
-    "fmax": B.MAXIMUM,
-    "fmin": B.MINIMUM,
-}
-
-
 def _arith(op):
+    true_div = T.binary_kind(op) == T.DIV
+
     def fn(tr: Translator, a, b, alpha=1, **_):
         out = tr.out_dtype()
         if alpha != 1:
             if op not in (B.ADD, B.SUB):
                 raise Unsupported("alpha")
             b = _binary(tr, B.MUL, b, alpha, out)
-        if op == B.DIV and not _is_float(out):
+        if true_div and not _is_float(out):
             raise Unsupported("integer true division")
         return _binary(tr, op, a, b, out)
 
     return fn
 
 
-for _name, _op in ARITH.items():
-    _packet = getattr(aten, _name)
-    register(
-        "pointwise",
-        *_ovl(_packet, "Tensor", "Scalar", "default", "Tensor_Tensor", "Tensor_Scalar"),
-    )(_arith(_op))
-    # in-place forms (decompositions emit some, e.g. rms_norm's add_): functional when the
-    # mutated value has no other reader (checked by translate.check_node)
-    _ip = getattr(aten, _name + "_", None)
-    if _ip is not None:
-        for _o in _ovl(_ip, "Tensor", "Scalar"):
-            OPS[_o] = OpEntry(_arith(_op), "pointwise", inplace=True)
-
-
-@register("pointwise", aten.pow.Scalar)
+@register("pow.Scalar")
 def _pow_scalar(tr: Translator, a, b):
     out = tr.out_dtype()
     return _binary(tr, B.POW, tr.constant(a, out), b, out)
 
 
-@register("pointwise", *_ovl(aten.rsub, "Tensor", "Scalar"))
+@register("rsub.Tensor", "rsub.Scalar")
 def _rsub(tr: Translator, a, b, alpha=1):
     out = tr.out_dtype()
     if alpha != 1:
@@ -166,7 +143,7 @@ def _rsub(tr: Translator, a, b, alpha=1):
     return _binary(tr, B.SUB, b, a, out)
 
 
-@register("pointwise", *_ovl(aten.div, "Tensor_mode", "Scalar_mode"))
+@register("div.Tensor_mode", "div.Scalar_mode")
 def _div_mode(tr: Translator, a, b, rounding_mode=None):
     out = tr.out_dtype()
     if rounding_mode is None:
@@ -178,18 +155,11 @@ def _div_mode(tr: Translator, a, b, rounding_mode=None):
     raise Unsupported(f"div rounding_mode={rounding_mode} on {out}")
 
 
-CMP = {"eq": B.EQ, "ne": B.NE, "lt": B.LT, "le": B.LE, "gt": B.GT, "ge": B.GE}
-
-
 def _cmp(op):
     def fn(tr: Translator, a, b):
         return _binary(tr, op, a, b, _compute_dtype(tr, [a, b]))
 
     return fn
-
-
-for _name, _op in CMP.items():
-    register("comparison", *_ovl(getattr(aten, _name), "Tensor", "Scalar"))(_cmp(_op))
 
 
 def _to_bool(tr: Translator, a):
@@ -198,62 +168,20 @@ def _to_bool(tr: Translator, a):
     raise Unsupported("logical op on a scalar")
 
 
-@register("logical", aten.logical_and.default, *_ovl(aten.bitwise_and, "Tensor"))
-def _logical_and(tr: Translator, a, b):
-    if tr.out_dtype() != torch.bool:
-        raise Unsupported("bitwise and of integers")
-    return tr.gb.binary(B.LOGICAL_AND, _to_bool(tr, a), _to_bool(tr, b))
+def _logical(op, bool_only):
+    """A logical op: operands taken as bool (xor is NE of bools). torch's bitwise ops are
+    logical on bools only (out dtype bool)."""
 
+    def fn(tr: Translator, *args):
+        if bool_only and tr.out_dtype() != torch.bool:
+            raise Unsupported(f"{tr.node.target} of integers (bitwise)")
+        xs = [_to_bool(tr, a) for a in args]
+        return tr.gb.unary(op, *xs) if isinstance(op, U) else tr.gb.binary(op, *xs)
 
-@register("logical", aten.logical_or.default, *_ovl(aten.bitwise_or, "Tensor"))
-def _logical_or(tr: Translator, a, b):
-    if tr.out_dtype() != torch.bool:
-        raise Unsupported("bitwise or of integers")
-    return tr.gb.binary(B.LOGICAL_OR, _to_bool(tr, a), _to_bool(tr, b))
-
-
-@register("logical", aten.logical_xor.default, *_ovl(aten.bitwise_xor, "Tensor"))
-def _logical_xor(tr: Translator, a, b):
-    if tr.out_dtype() != torch.bool:
-        raise Unsupported("bitwise xor of integers")
-    return tr.gb.binary(B.NE, _to_bool(tr, a), _to_bool(tr, b))
-
-
-@register("logical", aten.logical_not.default, aten.bitwise_not.default)
-def _logical_not(tr: Translator, a):
-    if tr.node.target is aten.bitwise_not.default and tr.dtype(a) != dvm.DType.BOOL:
-        raise Unsupported("bitwise_not of integers")
-    return tr.gb.unary(U.LOGICAL_NOT, _to_bool(tr, a))
+    return fn
 
 
 # ---- pointwise unary --------------------------------------------------------------------------
-
-UNARY = {
-    aten.neg.default: U.NEG,
-    aten.abs.default: U.ABS,
-    aten.exp.default: U.EXP,
-    aten.log.default: U.LOG,
-    aten.log1p.default: U.LOG1P,
-    aten.expm1.default: U.EXPM1,
-    aten.sqrt.default: U.SQRT,
-    aten.rsqrt.default: U.RSQRT,
-    aten.reciprocal.default: U.RECIPROCAL,
-    aten.tanh.default: U.TANH,
-    aten.sigmoid.default: U.SIGMOID,
-    aten.relu.default: U.RELU,
-    aten.silu.default: U.SILU,
-    aten.erf.default: U.ERF,
-    aten.sin.default: U.SIN,
-    aten.cos.default: U.COS,
-    aten.floor.default: U.FLOOR,
-    aten.ceil.default: U.CEIL,
-    aten.round.default: U.ROUND,
-    aten.trunc.default: U.TRUNC,
-    aten.sign.default: U.SIGN,
-    aten.isnan.default: U.IS_NAN,
-    aten.isfinite.default: U.IS_FINITE,
-}
-
 
 def _unary(op):
     def fn(tr: Translator, x):
@@ -265,64 +193,76 @@ def _unary(op):
     return fn
 
 
-for _o, _u in UNARY.items():
-    register("pointwise", _o)(_unary(_u))
+def _direct(e):
+    """The translator of an elementwise meta-op of the table, by the family and DVM kind."""
+    if e.family == "logical":
+        return _logical(e.dvm, e.bool_only)
+    if isinstance(e.dvm, U):
+        return _unary(e.dvm)
+    if e.family == "comparison":
+        return _cmp(e.dvm)
+    return _arith(e.dvm)
 
 
-@register("pointwise", aten.gelu.default)
+# in-place forms too (decompositions emit some, e.g. rms_norm's add_): functional when the
+# mutated value has no other reader (checked by translate.check_node)
+for _key, _e in T.entries(direct=True, variant=None):
+    register(_key)(_direct(_e))
+
+
+@register("gelu.default")
 def _gelu(tr: Translator, x, approximate="none"):
     return tr.gb.gelu(tr.cast(x, tr.out_dtype()), tanh_approximation=(approximate == "tanh"))
 
 
-@register("pointwise", aten.isinf.default)
+@register("isinf.default")
 def _isinf(tr: Translator, x):
     fin = tr.gb.unary(U.IS_FINITE, x)
     nan = tr.gb.unary(U.IS_NAN, x)
     return tr.gb.unary(U.LOGICAL_NOT, tr.gb.binary(B.LOGICAL_OR, fin, nan))
 
 
-@register("pointwise", aten.erfc.default)
+@register("erfc.default")
 def _erfc(tr: Translator, x):
     return tr.gb.binary(B.SUB, 1.0, tr.gb.unary(U.ERF, tr.cast(x, tr.out_dtype())))
 
 
-@register("pointwise", aten.tan.default)
+@register("tan.default")
 def _tan(tr: Translator, x):
     x = tr.cast(x, tr.out_dtype())
     return tr.gb.binary(B.DIV, tr.gb.unary(U.SIN, x), tr.gb.unary(U.COS, x))
 
 
-@register("pointwise", aten.log2.default, aten.log10.default)
+@register("log2.default", "log10.default")
 def _log_base(tr: Translator, x):
     base = 2.0 if tr.node.target is aten.log2.default else 10.0
     x = tr.cast(x, tr.out_dtype())
     return tr.gb.binary(B.MUL, tr.gb.unary(U.LOG, x), 1.0 / math.log(base))
 
 
-@register("pointwise", aten.exp2.default)
+@register("exp2.default")
 def _exp2(tr: Translator, x):
     x = tr.cast(x, tr.out_dtype())
     return tr.gb.unary(U.EXP, tr.gb.binary(B.MUL, x, math.log(2.0)))
 
 
-@register("pointwise", aten.square.default)
+@register("square.default")
 def _square(tr: Translator, x):
     x = tr.cast(x, tr.out_dtype())
     return tr.gb.binary(B.MUL, x, x)
 
 
-@register("pointwise", *_ovl(aten.hardtanh, "default"))
+@register("hardtanh.default")
 def _hardtanh(tr: Translator, x, lo=-1.0, hi=1.0):
     return tr.gb.clamp(x, lo=float(lo), hi=float(hi))
 
 
-@register("pointwise", *_ovl(aten.leaky_relu, "default"))
+@register("leaky_relu.default")
 def _leaky_relu(tr: Translator, x, slope=0.01):
     return tr.gb.select(tr.gb.binary(B.GT, x, 0.0), x, tr.gb.binary(B.MUL, x, float(slope)))
 
 
-@register("pointwise", *_ovl(aten.clamp, "default"), *_ovl(aten.clamp_min, "default"),
-          *_ovl(aten.clamp_max, "default"))
+@register("clamp.default", "clamp_min.default", "clamp_max.default")
 def _clamp(tr: Translator, x, lo=None, hi=None):
     t = tr.node.target
     if t is getattr(aten.clamp_max, "default", None):
@@ -336,7 +276,7 @@ def _clamp(tr: Translator, x, lo=None, hi=None):
     return tr.gb.clamp(x, lo=None if lo is None else float(lo), hi=None if hi is None else float(hi))
 
 
-@register("pointwise", *_ovl(aten.clamp, "Tensor"))
+@register("clamp.Tensor")
 def _clamp_tensor(tr: Translator, x, lo=None, hi=None):
     out = tr.out_dtype()
     x = tr.cast(x, out)
@@ -347,7 +287,20 @@ def _clamp_tensor(tr: Translator, x, lo=None, hi=None):
     return x
 
 
-@register("pointwise", aten.where.self, *_ovl(aten.where, "ScalarSelf", "ScalarOther", "Scalar"))
+@register("fmax.default", "fmin.default")
+def _fmax(tr: Translator, a, b):
+    """NaN-ignoring maximum / minimum: DVM's propagate NaN, so where one operand is NaN the
+    result is the other."""
+    op, isnan = _dvm_op(tr)
+    out = tr.out_dtype()
+    a, b = tr.cast(a, out), tr.cast(b, out)
+    m = tr.gb.binary(op, a, b)
+    if not _is_float(out):
+        return m
+    return tr.gb.select(tr.gb.unary(isnan, b), a, tr.gb.select(tr.gb.unary(isnan, a), b, m))
+
+
+@register("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
 def _where(tr: Translator, cond, a, b):
     out = tr.out_dtype()
 
@@ -357,24 +310,24 @@ def _where(tr: Translator, cond, a, b):
     return tr.gb.select(tr.cast(cond, dvm.DType.BOOL), val(a), val(b))
 
 
-@register("pointwise", *_ovl(aten.masked_fill, "Scalar", "Tensor"))
+@register("masked_fill.Scalar", "masked_fill.Tensor")
 def _masked_fill(tr: Translator, x, mask, value):
     out = tr.out_dtype()
     v = tr.cast(value, out) if isinstance(value, dvm.Tensor) else tr.constant(value, out)
     return tr.gb.select(tr.cast(mask, dvm.DType.BOOL), v, tr.cast(x, out))
 
 
-@register("pointwise", aten.addcmul.default, aten.addcdiv.default)
+@register("addcmul.default", "addcdiv.default")
 def _addc(tr: Translator, x, a, b, value=1):
     out = tr.out_dtype()
-    op = B.MUL if tr.node.target is aten.addcmul.default else B.DIV
+    op = _dvm_op(tr)[0]
     t = tr.gb.binary(op, tr.cast(a, out), tr.cast(b, out))
     if value != 1:
         t = tr.gb.binary(B.MUL, t, float(value))
     return tr.gb.binary(B.ADD, tr.cast(x, out), t)
 
 
-@register("pointwise", *_ovl(aten.lerp, "Scalar", "Tensor"))
+@register("lerp.Scalar", "lerp.Tensor")
 def _lerp(tr: Translator, x, end, weight):
     out = tr.out_dtype()
     x, end = tr.cast(x, out), tr.cast(end, out)
@@ -385,7 +338,7 @@ def _lerp(tr: Translator, x, end, weight):
 # ---- casts, copies, aliases -------------------------------------------------------------------
 
 
-@register("cast", aten._to_copy.default)
+@register("_to_copy.default")
 def _to_copy(tr: Translator, x, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
     if device is not None and torch.device(device).type != "cpu":
@@ -393,18 +346,17 @@ def _to_copy(tr: Translator, x, dtype=None, layout=None, device=None, pin_memory
     return tr.cast(x, tr.out_dtype())
 
 
-@register("cast", prims.convert_element_type.default)
+@register("prims::convert_element_type.default")
 def _convert(tr: Translator, x, dtype):
     return tr.cast(x, dtype)
 
 
-@register("copy", aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,
-          aten.detach.default)
+@register("clone.default", "alias.default", "lift_fresh_copy.default", "detach.default")
 def _identity(tr: Translator, x, *_, **__):
     return x
 
 
-@register("copy", *_ovl(aten.copy, "default"))
+@register("copy.default")
 def _copy(tr: Translator, dst, src, non_blocking=False):
     return tr.gb.expand(tr.cast(src, tr.out_dtype()), tr.shape(dst))
 
@@ -412,19 +364,19 @@ def _copy(tr: Translator, dst, src, non_blocking=False):
 # ---- views ------------------------------------------------------------------------------------
 
 
-@register("view", aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-          *_ovl(aten.view_copy, "default"), *_ovl(aten._reshape_alias, "default"))
+@register("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default",
+          "_reshape_alias.default")
 def _view(tr: Translator, x, *_, **__):
     return tr.gb.reshape(x, tr.out_shape())
 
 
-@register("view", aten.permute.default, *_ovl(aten.permute_copy, "default"))
+@register("permute.default", "permute_copy.default")
 def _permute(tr: Translator, x, perm):
     r = tr.rank(x)
     return tr.gb.permute(x, [tr.axis(p, r) for p in perm])
 
 
-@register("view", aten.transpose.int)
+@register("transpose.int")
 def _transpose(tr: Translator, x, a0, a1):
     r = tr.rank(x)
     if r < 2:
@@ -432,25 +384,25 @@ def _transpose(tr: Translator, x, a0, a1):
     return tr.gb.transpose(x, tr.axis(a0, r), tr.axis(a1, r))
 
 
-@register("view", aten.t.default, *_ovl(aten.numpy_T, "default"))
+@register("t.default", "numpy_T.default")
 def _t(tr: Translator, x):
     if tr.rank(x) < 2:
         return x
     return tr.gb.transpose(x, 0, 1)
 
 
-@register("view", aten.expand.default, *_ovl(aten.expand_copy, "default"))
+@register("expand.default", "expand_copy.default")
 def _expand(tr: Translator, x, *_, **__):
     return tr.gb.expand(x, tr.out_shape())
 
 
-@register("view", aten.unsqueeze.default, *_ovl(aten.unsqueeze_copy, "default"))
+@register("unsqueeze.default", "unsqueeze_copy.default")
 def _unsqueeze(tr: Translator, x, axis):
     return tr.gb.unsqueeze(x, tr.axis(axis, tr.rank(x) + 1))
 
 
-@register("view", aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
-          *_ovl(aten.squeeze_copy, "dim", "dims", "default"))
+@register("squeeze.dim", "squeeze.dims", "squeeze.default", "squeeze_copy.dim",
+          "squeeze_copy.dims", "squeeze_copy.default")
 def _squeeze(tr: Translator, x, dims=None):
     r = tr.rank(x)
     shape = tr.shape(x)
@@ -479,7 +431,7 @@ def _slice_bound(v):
     return v
 
 
-@register("view", aten.slice.Tensor, *_ovl(aten.slice_copy, "Tensor"))
+@register("slice.Tensor", "slice_copy.Tensor")
 def _slice(tr: Translator, x, dim=0, start=None, end=None, step=1):
     r = tr.rank(x)
     a = tr.axis(dim, r)
@@ -497,7 +449,7 @@ def _slice(tr: Translator, x, dim=0, start=None, end=None, step=1):
     return tr.gb.slice(x, a, start, end, step)
 
 
-@register("view", aten.select.int, *_ovl(aten.select_copy, "int"))
+@register("select.int", "select_copy.int")
 def _select(tr: Translator, x, dim, index):
     r = tr.rank(x)
     a = tr.axis(dim, r)
@@ -508,7 +460,7 @@ def _select(tr: Translator, x, dim, index):
     return tr.gb.squeeze(tr.gb.slice(x, a, index, stop, 1), a)
 
 
-@register("view", aten.narrow.default)
+@register("narrow.default")
 def _narrow(tr: Translator, x, dim, start, length):
     a = tr.axis(dim, tr.rank(x))
     if isinstance(start, int) and start < 0:
@@ -516,7 +468,7 @@ def _narrow(tr: Translator, x, dim, start, length):
     return tr.gb.slice(x, a, start, start + length, 1)
 
 
-@register("view", aten.cat.default, *_ovl(aten.concat, "default"))
+@register("cat.default", "concat.default")
 def _cat(tr: Translator, xs, dim=0):
     out = tr.out_dtype()
     rank = len(tr.out_shape())
@@ -531,13 +483,12 @@ def _cat(tr: Translator, xs, dim=0):
     return tr.gb.concat(parts, tr.axis(dim, rank))
 
 
-@register("view", aten.split_with_sizes.default, *_ovl(aten.split_with_sizes_copy, "default"))
+@register("split_with_sizes.default", "split_with_sizes_copy.default")
 def _split_with_sizes(tr: Translator, x, sizes, dim=0):
     return tuple(tr.gb.split(x, list(sizes), tr.axis(dim, tr.rank(x))))
 
 
-@register("view", aten.split.Tensor, *_ovl(aten.split_copy, "Tensor"), aten.unbind.int,
-          *_ovl(aten.chunk, "default"))
+@register("split.Tensor", "split_copy.Tensor", "unbind.int", "chunk.default")
 def _split(tr: Translator, x, *_, dim=None, **__):
     a = tr.node.args
     d = dim if dim is not None else (a[2] if len(a) > 2 else 0)
@@ -552,7 +503,7 @@ def _split(tr: Translator, x, *_, dim=None, **__):
     return tuple(parts)
 
 
-@register("view", aten.flip.default)
+@register("flip.default")
 def _flip(tr: Translator, x, dims):
     raise Unsupported("flip (negative strides) is not in DVM's slice")
 
@@ -560,7 +511,7 @@ def _flip(tr: Translator, x, dims):
 # ---- constants and generators -----------------------------------------------------------------
 
 
-@register("creation", aten.full.default, *_ovl(aten.new_full, "default"))
+@register("full.default", "new_full.default")
 def _full(tr: Translator, *args, **kwargs):
     value = args[1] if tr.node.target is aten.full.default else args[2]
     out = tr.out_dtype()
@@ -569,7 +520,7 @@ def _full(tr: Translator, *args, **kwargs):
     return tr.fill(value, tr.out_shape(), out)
 
 
-@register("creation", aten.full_like.default)
+@register("full_like.default")
 def _full_like(tr: Translator, x, value, **_):
     out = tr.out_dtype()
     if not isinstance(value, (int, float, bool)):
@@ -584,15 +535,13 @@ def _filled(value):
     return fn
 
 
-register("creation", aten.zeros.default, aten.zeros_like.default, *_ovl(aten.new_zeros, "default"),
-         aten.empty.memory_format, aten.empty_like.default, *_ovl(aten.new_empty, "default"),
-         *_ovl(aten.empty_strided, "default"), *_ovl(aten.new_empty_strided, "default"))(
-    _filled(0))
-register("creation", aten.ones.default, aten.ones_like.default, *_ovl(aten.new_ones, "default"))(
-    _filled(1))
+register("zeros.default", "zeros_like.default", "new_zeros.default", "empty.memory_format",
+         "empty_like.default", "new_empty.default", "empty_strided.default",
+         "new_empty_strided.default")(_filled(0))
+register("ones.default", "ones_like.default", "new_ones.default")(_filled(1))
 
 
-@register("creation", aten.scalar_tensor.default)
+@register("scalar_tensor.default")
 def _scalar_tensor(tr: Translator, value, **_):
     out = tr.out_dtype()
     if isinstance(value, (int, float, bool)):
@@ -600,7 +549,7 @@ def _scalar_tensor(tr: Translator, value, **_):
     return tr.sym_scalar(value, out)
 
 
-@register("creation", aten.arange.start_step, aten.arange.default, aten.arange.start)
+@register("arange.start_step", "arange.default", "arange.start")
 def _arange(tr: Translator, *args, **kwargs):
     t = tr.node.target
     if t is aten.arange.default:
@@ -624,7 +573,7 @@ def _arange(tr: Translator, *args, **kwargs):
     return x
 
 
-@register("creation", *_ovl(prims.iota, "default"))
+@register("prims::iota.default")
 def _iota(tr: Translator, length, *, start, step, dtype, **_):
     x = tr.cast(tr.gb.iota(tr.out_shape(), 0, dvm.DType.I64), tr.out_dtype())
     if step != 1:
@@ -646,49 +595,34 @@ def _axes(tr: Translator, x, dims):
     return sorted({tr.axis(d, r) for d in dims})
 
 
-def _reduce(op, default_dims_all=True):
-    def fn(tr: Translator, x, dims=None, keepdim=False, dtype=None, **_):
-        out = tr.out_dtype()
-        axes = _axes(tr, x, dims)
-        if not axes:
-            return tr.cast(x, out)
-        if op in (R.SUM, R.PROD, R.MEAN):
-            x = tr.cast(x, out)
-        elif tr.dtype(x) == dvm.DType.BOOL:
-            x = tr.cast(x, dvm.DType.I32)
-        return tr.gb.reduce(op, x, axes, keepdims=bool(keepdim))
-
-    return fn
-
-
-register("reduction", aten.sum.dim_IntList, aten.sum.default)(_reduce(R.SUM))
-register("reduction", aten.mean.dim, aten.mean.default)(_reduce(R.MEAN))
-register("reduction", aten.amax.default)(_reduce(R.MAX))
-register("reduction", aten.amin.default)(_reduce(R.MIN))
-register("reduction", aten.prod.dim_int, aten.prod.default)(_reduce(R.PROD))
+@register("sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default",
+          "amin.default", "prod.dim_int", "prod.default")
+def _reduce(tr: Translator, x, dims=None, keepdim=False, dtype=None, **_):
+    op = _dvm_op(tr)
+    out = tr.out_dtype()
+    axes = _axes(tr, x, dims)
+    if not axes:
+        return tr.cast(x, out)
+    if op in (R.SUM, R.PROD, R.MEAN):
+        x = tr.cast(x, out)
+    elif tr.dtype(x) == dvm.DType.BOOL:
+        x = tr.cast(x, dvm.DType.I32)
+    return tr.gb.reduce(op, x, axes, keepdims=bool(keepdim))
 
 
-@register("reduction", aten.any.dim, aten.any.default, *_ovl(aten.any, "dims"))
-def _any(tr: Translator, x, dims=None, keepdim=False):
+@register("any.dim", "any.default", "any.dims", "all.dim", "all.default", "all.dims")
+def _any_all(tr: Translator, x, dims=None, keepdim=False):
+    """any / all: max / min of the operand as bool (0 / 1)."""
     axes = _axes(tr, x, dims)
     b = tr.cast(tr.cast(x, dvm.DType.BOOL), dvm.DType.I32)
     if not axes:
         return tr.cast(b, dvm.DType.BOOL)
-    return tr.cast(tr.gb.reduce(R.MAX, b, axes, keepdims=bool(keepdim)), dvm.DType.BOOL)
+    return tr.cast(tr.gb.reduce(_dvm_op(tr), b, axes, keepdims=bool(keepdim)), dvm.DType.BOOL)
 
 
-@register("reduction", aten.all.dim, aten.all.default, *_ovl(aten.all, "dims"))
-def _all(tr: Translator, x, dims=None, keepdim=False):
-    axes = _axes(tr, x, dims)
-    b = tr.cast(tr.cast(x, dvm.DType.BOOL), dvm.DType.I32)
-    if not axes:
-        return tr.cast(b, dvm.DType.BOOL)
-    return tr.cast(tr.gb.reduce(R.MIN, b, axes, keepdims=bool(keepdim)), dvm.DType.BOOL)
-
-
-@register("reduction", aten.argmax.default, aten.argmin.default)
+@register("argmax.default", "argmin.default")
 def _argmax(tr: Translator, x, dim=None, keepdim=False):
-    op = R.ARG_MAX if tr.node.target is aten.argmax.default else R.ARG_MIN
+    op = _dvm_op(tr)
     if dim is None:
         x = tr.gb.reshape(x, [-1])
         dim = 0
@@ -699,20 +633,19 @@ def _argmax(tr: Translator, x, dim=None, keepdim=False):
     return tr.gb.reduce(op, x, [tr.axis(dim, tr.rank(x))], keepdims=bool(keepdim))
 
 
-@register("reduction", aten.max.dim, aten.min.dim)
+@register("max.dim", "min.dim")
 def _max_dim(tr: Translator, x, dim, keepdim=False):
-    is_max = tr.node.target is aten.max.dim
+    op, arg_op = _dvm_op(tr)
     a = [tr.axis(dim, tr.rank(x))]
     xi = tr.cast(x, dvm.DType.I32) if tr.dtype(x) == dvm.DType.BOOL else x
-    v = tr.gb.reduce(R.MAX if is_max else R.MIN, xi, a, keepdims=bool(keepdim))
-    i = tr.gb.reduce(R.ARG_MAX if is_max else R.ARG_MIN, xi, a, keepdims=bool(keepdim))
+    v = tr.gb.reduce(op, xi, a, keepdims=bool(keepdim))
+    i = tr.gb.reduce(arg_op, xi, a, keepdims=bool(keepdim))
     return v, i
 
 
-@register("reduction", aten.max.default, aten.min.default)
+@register("max.default", "min.default")
 def _max_all(tr: Translator, x):
-    op = R.MAX if tr.node.target is aten.max.default else R.MIN
-    return tr.gb.reduce(op, x, list(range(tr.rank(x))))
+    return tr.gb.reduce(_dvm_op(tr), x, list(range(tr.rank(x))))
 
 
 def _correction(correction, unbiased=None):
@@ -721,58 +654,43 @@ def _correction(correction, unbiased=None):
     return float(correction)
 
 
-@register("reduction", aten.var.correction, *_ovl(aten.var, "dim", "default"))
-def _var(tr: Translator, x, dims=None, *args, correction=None, keepdim=False, unbiased=None):
-    if tr.node.target is not aten.var.correction and args:
+@register("var.correction", "var.dim", "var.default", "std.correction", "std.dim", "std.default")
+def _moments(tr: Translator, x, dims=None, *args, correction=None, keepdim=False,
+             unbiased=None):
+    """var / std (GraphBuilder.variance / std_dev); the older overloads take unbiased."""
+    if tr.node.target._overloadname != "correction" and args:
         unbiased = args[0]
         keepdim = args[1] if len(args) > 1 else keepdim
     x = tr.cast(x, tr.out_dtype())
-    return tr.gb.variance(x, _axes(tr, x, dims), correction=_correction(correction, unbiased),
-                          keepdims=bool(keepdim))
+    return getattr(tr.gb, _dvm_op(tr))(x, _axes(tr, x, dims),
+                                       correction=_correction(correction, unbiased),
+                                       keepdims=bool(keepdim))
 
 
-@register("reduction", aten.std.correction, *_ovl(aten.std, "dim", "default"))
-def _std(tr: Translator, x, dims=None, *args, correction=None, keepdim=False, unbiased=None):
-    if tr.node.target is not aten.std.correction and args:
-        unbiased = args[0]
-        keepdim = args[1] if len(args) > 1 else keepdim
-    x = tr.cast(x, tr.out_dtype())
-    return tr.gb.std_dev(x, _axes(tr, x, dims), correction=_correction(correction, unbiased),
-                         keepdims=bool(keepdim))
-
-
-@register("reduction", aten.var_mean.correction, *_ovl(aten.std_mean, "correction"))
+@register("var_mean.correction", "std_mean.correction")
 def _var_mean(tr: Translator, x, dims=None, *, correction=None, keepdim=False):
+    name, mean_op = _dvm_op(tr)
     x = tr.cast(x, tr.out_dtype(0))
     axes = _axes(tr, x, dims)
-    fn = tr.gb.variance if tr.node.target is aten.var_mean.correction else tr.gb.std_dev
-    v = fn(x, axes, correction=_correction(correction), keepdims=bool(keepdim))
-    m = tr.gb.reduce(R.MEAN, x, axes, keepdims=bool(keepdim))
+    v = getattr(tr.gb, name)(x, axes, correction=_correction(correction), keepdims=bool(keepdim))
+    m = tr.gb.reduce(mean_op, x, axes, keepdims=bool(keepdim))
     return v, m
 
 
 # ---- normalisation and softmax ----------------------------------------------------------------
 
 
-@register("softmax", aten._softmax.default, *_ovl(aten.softmax, "int"))
+@register("_softmax.default", "softmax.int", "_log_softmax.default", "log_softmax.int")
 def _softmax(tr: Translator, x, dim, half_to_float=False):
+    """softmax / log_softmax (GraphBuilder's); half_to_float: a bool, or softmax.int's dtype."""
     if isinstance(half_to_float, bool) and half_to_float:
         x = tr.cast(x, torch.float32)
     elif not isinstance(half_to_float, bool) and half_to_float is not None:
         x = tr.cast(x, half_to_float)
-    return tr.gb.softmax(x, tr.axis(dim, tr.rank(x)))
+    return getattr(tr.gb, _dvm_op(tr))(x, tr.axis(dim, tr.rank(x)))
 
 
-@register("softmax", aten._log_softmax.default, *_ovl(aten.log_softmax, "int"))
-def _log_softmax(tr: Translator, x, dim, half_to_float=False):
-    if isinstance(half_to_float, bool) and half_to_float:
-        x = tr.cast(x, torch.float32)
-    elif not isinstance(half_to_float, bool) and half_to_float is not None:
-        x = tr.cast(x, half_to_float)
-    return tr.gb.log_softmax(x, tr.axis(dim, tr.rank(x)))
-
-
-@register("norm", aten.native_layer_norm.default)
+@register("native_layer_norm.default")
 def _native_layer_norm(tr: Translator, x, normalized_shape, weight, bias, eps):
     n = len(normalized_shape)
     y = tr.gb.layer_norm(x, weight, bias, eps=float(eps), num_axes=n)
@@ -786,7 +704,7 @@ def _native_layer_norm(tr: Translator, x, normalized_shape, weight, bias, eps):
     return y, mean, rstd
 
 
-@register("norm", *_ovl(aten._fused_rms_norm, "default"))
+@register("_fused_rms_norm.default")
 def _fused_rms_norm(tr: Translator, x, normalized_shape, weight=None, eps=None):
     n = len(normalized_shape)
     if eps is None:
@@ -795,7 +713,7 @@ def _fused_rms_norm(tr: Translator, x, normalized_shape, weight=None, eps=None):
     return y, None
 
 
-@register("norm", *_ovl(aten.rms_norm, "default"))
+@register("rms_norm.default")
 def _rms_norm(tr: Translator, x, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = torch.finfo(tr.out_dtype()).eps
@@ -833,14 +751,14 @@ def _mm(tr: Translator, a, b, b_index):
     return tr.gb.matmul(a, tr.cast(b, out))
 
 
-@register("matmul", aten.mm.default, aten.bmm.default, *_ovl(aten.matmul, "default"))
+@register("mm.default", "bmm.default", "matmul.default")
 def _matmul(tr: Translator, a, b):
     if tr.rank(a) < 2 or tr.rank(b) < 2:
         raise Unsupported("matmul of vectors")
     return _mm(tr, a, b, 1)
 
 
-@register("matmul", aten.addmm.default, *_ovl(aten.baddbmm, "default"))
+@register("addmm.default", "baddbmm.default")
 def _addmm(tr: Translator, bias, a, b, *, beta=1, alpha=1):
     out = tr.out_dtype()
     y = _mm(tr, a, b, 2)
@@ -854,62 +772,56 @@ def _addmm(tr: Translator, bias, a, b, *, beta=1, alpha=1):
     return tr.gb.binary(B.ADD, y, bias)
 
 
-@register("matmul", *_ovl(aten.linear, "default"))
+@register("linear.default")
 def _linear(tr: Translator, x, w, bias=None):
     out = tr.out_dtype()
     return tr.gb.linear(tr.cast(x, out), tr.cast(w, out), None if bias is None else tr.cast(bias,
                                                                                            out))
 
 
-def _attention_check(tr: Translator, q, k, dropout_p):
-    if dropout_p:
-        raise Unsupported("attention with dropout")
-    sq, sk = tr.shape(q), tr.shape(k)
-    if len(sq) != 4 or len(sk) != 4:
-        raise Unsupported("attention needs 4-D q/k/v")
-
-
-@register("attention", *_ovl(aten._scaled_dot_product_flash_attention_for_cpu, "default"))
-def _sdpa_flash_cpu(tr: Translator, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None,
-                    scale=None):
-    _attention_check(tr, q, k, dropout_p)
-    if is_causal and not same_dim(tr.shape(q)[2], tr.shape(k)[2]):
-        raise Unsupported("causal attention with different query and key lengths")
-    out = tr.gb.attention(q, k, v, mask=attn_mask, causal=bool(is_causal),
-                          scale=0.0 if scale is None else float(scale))
-    return out, None
-
-
-@register("attention", *_ovl(aten.scaled_dot_product_attention, "default"))
-def _sdpa(tr: Translator, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-          enable_gqa=False):
-    _attention_check(tr, q, k, dropout_p)
-    if enable_gqa:
-        raise Unsupported("grouped-query attention")
-    if is_causal and not same_dim(tr.shape(q)[2], tr.shape(k)[2]):
-        raise Unsupported("causal attention with different query and key lengths")
+def _attention(tr: Translator, q, k, v, attn_mask, dropout_p, is_causal, scale):
+    """DVM's attention under the rule shared with lazy mode (aten_ops.attention_refusal):
+    causal for any query and key lengths (top-left, as torch's is_causal), grouped-query heads
+    as torch's enable_gqa groups them."""
+    reason = T.attention_refusal(tr.rank(q), tr.rank(k), tr.rank(v), dropout_p)
+    if reason is not None:
+        raise Unsupported(reason)
     return tr.gb.attention(q, k, v, mask=attn_mask, causal=bool(is_causal),
                            scale=0.0 if scale is None else float(scale))
 
 
-@register("gather", aten.embedding.default)
+@register("_scaled_dot_product_flash_attention_for_cpu.default")
+def _sdpa_flash_cpu(tr: Translator, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None,
+                    scale=None):
+    # output 1, the logsumexp, is not an output of DVM's attention: a node whose logsumexp is
+    # used stays in PyTorch (partition.py)
+    return _attention(tr, q, k, v, attn_mask, dropout_p, is_causal, scale), None
+
+
+@register("scaled_dot_product_attention.default")
+def _sdpa(tr: Translator, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    return _attention(tr, q, k, v, attn_mask, dropout_p, is_causal, scale)
+
+
+@register("embedding.default")
 def _embedding(tr: Translator, weight, ids, padding_idx=-1, scale_grad_by_freq=False,
                sparse=False):
     return tr.gb.embedding(weight, tr.cast(ids, dvm.DType.I64) if tr.dtype(ids) not in (
         dvm.DType.I32, dvm.DType.I64) else ids)
 
 
-@register("gather", aten.index_select.default)
+@register("index_select.default")
 def _index_select(tr: Translator, x, dim, index):
     return tr.gb.index_select(x, tr.axis(dim, tr.rank(x)), index)
 
 
-@register("gather", aten.gather.default)
+@register("gather.default")
 def _gather(tr: Translator, x, dim, index, sparse_grad=False):
     return tr.gb.gather(x, tr.axis(dim, tr.rank(x)), index)
 
 
-@register("gather", aten.index.Tensor)
+@register("index.Tensor")
 def _index(tr: Translator, x, indices):
     idx = [(i, t) for i, t in enumerate(indices) if t is not None]
     if len(idx) != 1:

@@ -19,18 +19,11 @@ import torch
 from torch.fx.node import Node, map_arg
 
 import dvm
+from dvm._arrays import torch_dtype_maps
 
 from .symbolic import SymConverter, Unsupported, same_dim
 
-TORCH_TO_DVM = {
-    torch.float32: dvm.DType.F32,
-    torch.float16: dvm.DType.F16,
-    torch.bfloat16: dvm.DType.BF16,
-    torch.int32: dvm.DType.I32,
-    torch.int64: dvm.DType.I64,
-    torch.bool: dvm.DType.BOOL,
-}
-DVM_TO_TORCH = {v: k for k, v in TORCH_TO_DVM.items()}
+TORCH_TO_DVM, DVM_TO_TORCH = torch_dtype_maps()  # the one torch <-> DVM dtype map
 
 
 def dvm_dtype(dtype: torch.dtype):

@@ -1,0 +1,217 @@
+"""The lazy torch mode and its flush policy.
+
+Every aten op issued in a mode reaches ``__torch_dispatch__``: an op with a handler
+(``_handlers``) is recorded unless autograd needs it; a handler may refuse the call (counted in
+``handler_fallbacks()``). Everything else runs in PyTorch (``_run_eagerly``), after a flush when
+it reads a pending value or writes memory the trace reads or produces.
+"""
+
+import functools
+import threading
+
+from .._dvm import DvmError
+from .._dvm import lazy as _lz
+from . import _tensors
+from ._tensors import FlushReason, _flush, _InPyTorch, _pending, _state, _Unsupported
+
+_torch = None
+_HANDLERS = {}  # aten op -> handler (filled by _install)
+_WRITES = {}  # aten op -> indices / names of arguments it writes
+_OBSERVERS = set()  # aten ops that read a value (a flush before them is an observation)
+_graph_task_id = None  # torch._C._current_graph_task_id: -1 outside a backward pass
+_grad_enabled = None  # torch.is_grad_enabled
+
+
+def _tensor_args(args, kwargs):
+    """The torch tensors among an op's arguments (and in its list arguments)."""
+    T = _torch.Tensor
+    for group in (args, kwargs.values()):
+        for a in group:
+            if isinstance(a, T):
+                yield a
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    if isinstance(b, T):
+                        yield b
+
+
+def _writes(func):
+    w = _WRITES.get(func)
+    if w is None:
+        w = tuple(
+            (i, a.name)
+            for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+        _WRITES[func] = w
+    return w
+
+
+def _storage(t):
+    return t.untyped_storage().data_ptr() if t.numel() else 0
+
+
+def _run_eagerly(func, args, kwargs):
+    """Runs an op in PyTorch, flushing first when it reads a pending value or writes memory the
+    trace reads or produces."""
+    reason = None
+    for t in _tensor_args(args, kwargs):
+        if _pending(t) is not None:
+            reason = FlushReason.OBSERVE if func in _OBSERVERS else FlushReason.UNSUPPORTED
+            break
+    if reason is None and (_state.read or _state.produced):
+        for i, name in _writes(func):
+            t = args[i] if i < len(args) else kwargs.get(name)
+            ts = t if isinstance(t, (list, tuple)) else (t,)
+            for x in ts:
+                if isinstance(x, _torch.Tensor):
+                    s = _storage(x)
+                    if s in _state.read or s in _state.produced:
+                        reason = FlushReason.WRITE
+    if reason is not None:
+        _flush(reason)
+    return func(*args, **kwargs)
+
+
+def _needs_grad(args, kwargs):
+    return any(t.requires_grad for t in _tensor_args(args, kwargs))
+
+
+_FALLBACK = (_Unsupported, DvmError, TypeError, ValueError, IndexError)
+
+# Handler fallbacks: aten op -> calls whose handler refused them (an argument form, dtype or
+# promotion DVM does not run), which then ran in PyTorch. Counted on the fallback path only.
+_handler_fallbacks = {}
+_fallback_lock = threading.Lock()
+
+
+def _handler_fell_back(func):
+    with _fallback_lock:
+        _handler_fallbacks[func] = _handler_fallbacks.get(func, 0) + 1
+
+
+def handler_fallbacks():
+    """{aten op name: calls} of ops that have a DVM handler which refused the call (raised
+    _Unsupported or another fallback error), so the op ran in PyTorch: an argument form, dtype
+    or promotion that lazy mode does not record. Since import or the last ``reset_stats()``.
+    (Ops with no handler at all, ops excluded for autograd and calls a handler leaves to
+    PyTorch by design, like a clone of a real tensor, are not counted.)"""
+    with _fallback_lock:
+        return {str(k): v for k, v in _handler_fallbacks.items()}
+
+
+def reset_stats():
+    """Resets ``stats()`` and ``handler_fallbacks()``."""
+    _lz.reset_stats()
+    with _fallback_lock:
+        _handler_fallbacks.clear()
+
+
+def _install(torch):
+    global _torch, _graph_task_id, _grad_enabled, _HANDLERS
+    if _torch is not None:
+        return
+    _tensors._bind(torch)
+    from ._handlers import HANDLERS  # imports torch's op namespaces: only once a mode runs
+
+    _HANDLERS = HANDLERS
+    _graph_task_id = torch._C._current_graph_task_id
+    _grad_enabled = torch.is_grad_enabled
+    aten = torch.ops.aten
+    _OBSERVERS.update({aten._local_scalar_dense.default, aten.equal.default,
+                       aten.is_nonzero.default})
+    _torch = torch
+
+
+# ---------------------------------------------------------------------------------------------
+# The mode
+
+_mode_class = None
+
+
+def _make_mode_class(torch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class DvmLazyMode(TorchDispatchMode):
+        # TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable by default, which
+        # imports dynamo on the first op (seconds) and costs microseconds on every op; this
+        # mode never runs under torch.compile's tracing, so it opts out.
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # Autograd is excluded: ops inside a backward pass, and ops with an input that
+            # requires grad while grad mode is on, run in PyTorch.
+            handler = _HANDLERS.get(func)
+            if handler is not None and (
+                    _graph_task_id() == -1 and
+                    (not _grad_enabled() or not _needs_grad(args, kwargs))):
+                try:
+                    return handler(*args, **kwargs) if kwargs else handler(*args)
+                except _FALLBACK as e:
+                    if type(e) is not _InPyTorch:
+                        _handler_fell_back(func)
+            return _run_eagerly(func, args, kwargs or {})
+
+    return DvmLazyMode
+
+
+class LazyMode:
+    """``with dvm.lazy():`` / ``@dvm.lazy()``: records supported torch ops into DVM.
+
+    max_trace_ops: flush when the thread's trace holds this many ops (process-wide option;
+    None keeps the current one).
+    freeze_weights: parameters change only through in-place ops on the parameter itself (never
+    through ``.data`` or a numpy alias), so DVM may pack each weight once and reuse it.
+    """
+
+    def __init__(self, max_trace_ops=None, freeze_weights=False):
+        self.max_trace_ops = max_trace_ops
+        self.freeze_weights = freeze_weights
+        self._modes = []
+        self._outer_freeze = []
+
+    def __enter__(self):
+        global _mode_class
+        import torch
+
+        _install(torch)
+        if _mode_class is None:
+            _mode_class = _make_mode_class(torch)
+        if self.max_trace_ops is not None:
+            o = _lz.options()
+            o.max_trace_ops = int(self.max_trace_ops)
+            _lz.set_options(o)
+        mode = _mode_class()
+        mode.__enter__()
+        self._modes.append(mode)
+        _tensors._patch(True)
+        _state.depth += 1
+        self._outer_freeze.append(_state.freeze)
+        _state.freeze = bool(self.freeze_weights)
+        return self
+
+    def __exit__(self, *exc):
+        mode = self._modes.pop()
+        try:
+            _flush(FlushReason.SYNC)
+        finally:
+            _state.depth -= 1
+            _state.freeze = self._outer_freeze.pop()
+            _tensors._patch(False)
+            mode.__exit__(*exc)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with LazyMode(self.max_trace_ops, self.freeze_weights):
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+
+def is_pending(t):
+    """True when a torch tensor's value is recorded in a DVM trace and not computed yet."""
+    return _pending(t) is not None
