@@ -333,16 +333,15 @@ void BlockRunner::exec_reduce_dot(const Instr& in) {
   Ref b = resolve(in.b, CType::kF32);
   bool red_rows = bc::aux_rows(in.aux), red_cols = bc::aux_cols(in.aux);
   int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
-  for (int64_t r = 0; r < rows; ++r) {
-    auto* ap = reinterpret_cast<float*>(acc.p + (red_rows ? 0 : r * acc.rs * 4));
-    auto* xa = reinterpret_cast<const float*>(a.p + r * a.rs * 4);
-    auto* xb = reinterpret_cast<const float*>(b.p + r * b.rs * 4);
-    int ai = static_cast<int>(a.cs), bi = static_cast<int>(b.cs);
-    if (red_cols) {
-      cpu::dot_row_f32(ap, xa, ai, xb, bi, cols);
-    } else {
-      cpu::fma_f32(ap, xa, ai, xb, bi, ap, 1, cols);
-    }
+  auto* ap = reinterpret_cast<float*>(acc.p);
+  auto* xa = reinterpret_cast<const float*>(a.p);
+  auto* xb = reinterpret_cast<const float*>(b.p);
+  int ai = static_cast<int>(a.cs), bi = static_cast<int>(b.cs);
+  const int64_t ars = red_rows ? 0 : acc.rs;  // reduced rows all accumulate into row 0
+  if (red_cols) {
+    cpu::dot_row_f32_rows(cpu::Rows{rows, ars, a.rs, b.rs}, ap, xa, ai, xb, bi, cols);
+  } else {
+    cpu::fma_f32_rows(cpu::Rows{rows, ars, a.rs, b.rs, ars}, ap, xa, ai, xb, bi, ap, 1, cols);
   }
 }
 
@@ -517,6 +516,14 @@ template <typename T>
 void reduce_typed(ReduceOp op, bool red_rows, bool red_cols, const Ref& acc, const Ref& src,
                   int64_t rows, int64_t cols) {
   constexpr int es = sizeof(T);
+  if constexpr (std::is_same_v<T, float>) {
+    if (red_cols) {  // one call for the whole tile
+      cpu::reduce_row_f32_rows(
+          op, cpu::Rows{rows, red_rows ? 0 : acc.rs, src.rs}, reinterpret_cast<float*>(acc.p),
+          reinterpret_cast<const float*>(src.p), static_cast<int>(src.cs), cols);
+      return;
+    }
+  }
   for (int64_t r = 0; r < rows; ++r) {
     T* ap = reinterpret_cast<T*>(acc.p + (red_rows ? 0 : r * acc.rs * es));
     const T* sp = reinterpret_cast<const T*>(src.p + r * src.rs * es);

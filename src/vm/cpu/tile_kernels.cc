@@ -358,8 +358,10 @@ HWY_INLINE VF SignF(DF d, VF x) {
 // loses it).
 void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n) {
   const DF d;
+  int fa = ainc;
+  const bool flat = rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa);
   const auto run = [&](auto f) {
-    if (rs.dense1(n, ainc)) return Map1(d, d, dst, a, ainc, rs.rows * n, f);
+    if (flat) return Map1(d, d, dst, a, fa, rs.rows * n, f);
     for (int64_t r = 0; r < rs.rows; ++r) Map1(d, d, dst + r * rs.d, a + r * rs.a, ainc, n, f);
   };
   switch (op) {
@@ -445,8 +447,11 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
 void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
                int binc, int64_t n) {
   const DF d;
+  int fa = ainc, fb = binc;
+  const bool flat =
+      rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb);
   const auto run = [&](auto f) {
-    if (rs.dense2(n, ainc, binc)) return Map2(d, d, dst, a, ainc, b, binc, rs.rows * n, f);
+    if (flat) return Map2(d, d, dst, a, fa, b, fb, rs.rows * n, f);
     for (int64_t r = 0; r < rs.rows; ++r)
       Map2(d, d, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, f);
   };
@@ -481,8 +486,11 @@ void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc
 void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
                  const float* b, int binc, int64_t n) {
   const DF d;
+  int fa = ainc, fb = binc;
+  const bool flat =
+      rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb);
   const auto map = [&](auto g) {
-    if (rs.dense2(n, ainc, binc)) return Map2(d, d, dst, a, ainc, b, binc, rs.rows * n, g);
+    if (flat) return Map2(d, d, dst, a, fa, b, fb, rs.rows * n, g);
     for (int64_t r = 0; r < rs.rows; ++r)
       Map2(d, d, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, g);
   };
@@ -562,6 +570,11 @@ void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, i
 
 void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
             const float* c, int cinc, int64_t n) {
+  int fa = ainc, fb = binc, fc = cinc;
+  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb) &&
+      Rows::flat_src(n, cinc, rs.c, &fc)) {
+    return FmaF32(Rows{}, dst, a, fa, b, fb, c, fc, rs.rows * n);
+  }
   for (int64_t r = 0; r < rs.rows; ++r) {
     float* dr = dst + r * rs.d;
     const float *ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
@@ -611,7 +624,7 @@ HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float i
   return r;
 }
 
-void ReduceRowF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
+HWY_INLINE void ReduceRowOne(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
   if (n <= 0) return;
   const DF d;
   const float id = reduce_identity<float>(op);
@@ -640,8 +653,14 @@ void ReduceRowF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) 
   *acc = reduce_combine_f32(op, *acc, r);
 }
 
+// Rows in order: an accumulator shared by several rows (row stride 0) combines them in turn.
+void ReduceRowF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n) {
+  for (int64_t r = 0; r < rs.rows; ++r) ReduceRowOne(op, acc + r * rs.d, a + r * rs.a, ainc, n);
+}
+
 // *acc += sum a[i] * b[i], four vector accumulators combined in a fixed order.
-void DotRowF32(float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
+HWY_INLINE void DotRowOne(float* acc, const float* a, int ainc, const float* b, int binc,
+                          int64_t n) {
   if (n <= 0) return;
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -672,6 +691,12 @@ void DotRowF32(float* acc, const float* a, int ainc, const float* b, int binc, i
   float r = lanes[0];
   for (int64_t k = 1; k < N; ++k) r += lanes[k];
   *acc += r;
+}
+
+void DotRowF32(const Rows& rs, float* acc, const float* a, int ainc, const float* b, int binc,
+               int64_t n) {
+  for (int64_t r = 0; r < rs.rows; ++r)
+    DotRowOne(acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
 }
 
 void AccumulateF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
@@ -1144,10 +1169,18 @@ void store_convert(DType to, void* dst, int64_t dstride, const void* src, int si
 }
 
 void reduce_row_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ReduceRowF32)(op, acc, a, ainc, n);
+  HWY_DYNAMIC_DISPATCH(ReduceRowF32)(op, Rows{}, acc, a, ainc, n);
+}
+void reduce_row_f32_rows(ReduceOp op, const Rows& rows, float* acc, const float* a, int ainc,
+                         int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ReduceRowF32)(op, rows, acc, a, ainc, n);
 }
 void dot_row_f32(float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(DotRowF32)(acc, a, ainc, b, binc, n);
+  HWY_DYNAMIC_DISPATCH(DotRowF32)(Rows{}, acc, a, ainc, b, binc, n);
+}
+void dot_row_f32_rows(const Rows& rows, float* acc, const float* a, int ainc, const float* b,
+                      int binc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DotRowF32)(rows, acc, a, ainc, b, binc, n);
 }
 void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n) {
   reduce_row_int<int32_t>(op, acc, a, ainc, n);

@@ -28,10 +28,17 @@ namespace dvm::vm::cpu {
 struct Rows {
   int64_t rows = 1;
   int64_t d = 0, a = 0, b = 0, c = 0;  // row strides (elements) of dst and the sources
-  bool dense1(int64_t n, int ainc) const { return rows > 1 && d == n && (ainc ? a == n : a == 0); }
-  bool dense2(int64_t n, int ainc, int binc) const {
-    return dense1(n, ainc) && (binc ? b == n : b == 0);
+  // Can a source of increment `inc` and row stride `rs` be read as one run of rows * n
+  // elements (rows back to back, a broadcast scalar, or a column vector when n == 1)? Its
+  // increment in that run goes to *flat.
+  static bool flat_src(int64_t n, int inc, int64_t rs, int* flat) {
+    *flat = inc;
+    if (inc == 0 && rs == 0) return true;
+    if (inc == 1 && rs == n) return true;
+    *flat = 1;
+    return n == 1 && rs == 1;
   }
+  bool flat_dst(int64_t n) const { return rows > 1 && d == n; }
 };
 
 // dst[i] = op(a[i]); value-producing ops (not IsFinite/IsNan/LogicalNot).
@@ -89,10 +96,15 @@ void store_convert(DType to, void* dst, int64_t dstride, const void* src, int si
 // Max/Min propagate NaN. Summation order is fixed for a given n (deterministic).
 // *acc = combine(*acc, reduce(a[0..n)))
 void reduce_row_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n);
+// The same over a block of rows (accumulator row stride 0: every row combines into one).
+void reduce_row_f32_rows(ReduceOp op, const Rows& rows, float* acc, const float* a, int ainc,
+                         int64_t n);
 void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n);
 void reduce_row_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64_t n);
 // *acc += sum a[i] * b[i] (f32, fused multiply-adds, fixed order: deterministic).
 void dot_row_f32(float* acc, const float* a, int ainc, const float* b, int binc, int64_t n);
+void dot_row_f32_rows(const Rows& rows, float* acc, const float* a, int ainc, const float* b,
+                      int binc, int64_t n);
 // acc[i] = combine(acc[i], a[i])
 void accumulate_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n);
 void accumulate_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n);
