@@ -70,6 +70,17 @@ void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Lay
   }
 }
 
+// Columns of a tile that has a transposed access (see choose_tiling).
+constexpr int64_t kTransposedTile = 64;
+
+bool transposed_access(const std::vector<StrideSet>& sets, int row_axis, int col_axis) {
+  for (const StrideSet& s : sets) {
+    int64_t rs = s.strides[row_axis], cs = s.strides[col_axis];
+    if ((rs == 1 || rs == -1) && (cs > 1 || cs < -1)) return true;
+  }
+  return false;
+}
+
 int64_t round16(int64_t x) {
   return (x + 15) / 16 * 16;
 }
@@ -145,7 +156,8 @@ void choose_matmul_tiling(Layout* L, const bc::Target& target, int threads) {
   build_axes(chunk, L);
 }
 
-void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial) {
+void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial,
+                   const std::vector<StrideSet>& sets) {
   for (const FinalAxis& f : L->axes) {
     if (f.mm_role != 0) {
       choose_matmul_tiling(L, target, threads);
@@ -169,6 +181,13 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
   chunk[L->col] = c.reduced ? (c.extent <= single_pass_limit ? c.extent : kTileElems)
                             : std::min(c.extent, kTileElems);
   chunk[L->col] = std::max<int64_t>(1, chunk[L->col]);
+  // An access contiguous along the tile's rows but strided along its columns (a transposed
+  // operand or output) touches one cache line per element of a tile row: square tiles make
+  // each line it touches serve many rows (64 floats: 16 rows of a 64-byte line, 4 lines).
+  if (L->row >= 0 && !c.reduced && !L->axes[L->row].reduced &&
+      transposed_access(sets, L->axes[L->row].inner, L->axes[L->col].inner)) {
+    chunk[L->col] = std::min<int64_t>(chunk[L->col], kTransposedTile);
+  }
   if (L->row >= 0) {
     int64_t cap = std::max<int64_t>(1, kTileElems / round16(chunk[L->col]));
     chunk[L->row] = std::max<int64_t>(1, std::min(L->axes[L->row].extent, cap));

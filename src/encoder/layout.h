@@ -37,7 +37,8 @@ struct StrideSet {
 // axes whose every access is contiguous across them.
 void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Layout* L);
 // Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
-void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial);
+void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial,
+                   const std::vector<StrideSet>& sets);
 int64_t round16(int64_t x);
 
 }  // namespace dvm::enc

@@ -245,6 +245,15 @@ void BlockRunner::exec_data(const Instr& in) {
       const bc::Descriptor& desc = p_.descs[in.a.index];
       Ref s = resolve(in.a, in.ctype);
       int ss = dtype_size(desc.dtype);
+      if (desc.dtype == DType::kF32 && s.rs == 1 && s.cs != 1 && s.cs != 0 && rows > 1) {
+        // Transposed source (contiguous along the tile's rows): read it a column at a time,
+        // contiguously, and write the register (L1) strided, instead of gathering rows.
+        auto* dp = reinterpret_cast<float*>(d.p);
+        const auto* sp = reinterpret_cast<const float*>(s.p);
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t r = 0; r < rows; ++r) dp[r * d.rs + c] = sp[c * s.cs + r];
+        return;
+      }
       for (int64_t r = 0; r < rows; ++r)
         cpu::load_convert(d.p + r * d.rs * es, desc.dtype, s.p + r * s.rs * ss, s.cs, cols);
       return;
@@ -254,6 +263,15 @@ void BlockRunner::exec_data(const Instr& in) {
       Ref d = resolve(in.d, in.ctype);
       Ref s = resolve(in.a, in.ctype);
       int ds = dtype_size(desc.dtype);
+      if (desc.dtype == DType::kF32 && in.ctype == CType::kF32 && d.rs == 1 && d.cs != 1 &&
+          d.cs != 0 && s.cs == 1 && rows > 1) {
+        // Transposed destination: written a column at a time, contiguously.
+        auto* dp = reinterpret_cast<float*>(d.p);
+        const auto* sp = reinterpret_cast<const float*>(s.p);
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t r = 0; r < rows; ++r) dp[c * d.cs + r] = sp[r * s.rs + c];
+        return;
+      }
       for (int64_t r = 0; r < rows; ++r) {
         cpu::store_convert(desc.dtype, d.p + r * d.rs * ds, d.cs, s.p + r * s.rs * es,
                            static_cast<int>(s.cs), cols);
