@@ -4,8 +4,8 @@
     python3 scripts/perf_report.py [--results bench_results] [--out docs/performance.md]
 
 Reads, when present (standard library only, nothing is run):
-- Google Benchmark JSON from bench/run_benchmarks.sh: encode_bench, vm_bench, matmul_bench,
-  gemm_bench, graph_bench (bench_results/<name>.json), with bench_results/machine.txt (CPU
+- Google Benchmark JSON from bench/run_benchmarks.sh: encode_bench, vm_bench, vm_suite_bench,
+  matmul_bench, gemm_bench, graph_bench (bench_results/<name>.json), with bench_results/machine.txt (CPU
   model, cores, SIMD, commit, load before the run);
 - the Python harnesses' JSON: python/bench/matmul_bench.py (bench_results/matmul_bench.json,
   the same name as the C++ matmul_bench's: the format tells them apart), torch_bench.py,
@@ -299,6 +299,52 @@ def section_vm(gb):
     return out
 
 
+def section_suite(gb):
+    """vm_suite_bench: every workload against its plain fused loop, 1 and N threads."""
+    rows_by = {}
+    threads = gb.context.get("bench_threads")
+    for key, b in gb.runs.items():
+        parts = key.split("/")
+        if len(parts) != 4 or parts[0] != "suite" or not parts[3].isdigit():
+            continue
+        rows_by.setdefault((parts[1], int(parts[3])), {})[parts[2]] = b
+
+    def us(r, v):
+        b = r.get(v)
+        return None if b is None or b.get("error_occurred") else to_us(b)
+
+    out = [f"Time ratio fused/VM (> 1: DVM faster) against one plain C++ loop per workload "
+           f"(`-O3 -march=native -ffast-math`, the same thread count; 1t = one thread, mt = "
+           f"{threads or '?'} threads). Times in µs; err = DVM's largest difference from the "
+           f"loop, relative to the output's scale.", ""]
+    order = []
+    for wl, _ in rows_by:
+        if wl not in order:
+            order.append(wl)
+    rows, big = [], {"st": [], "mt": []}
+    for wl in order:
+        for n in sorted(n for (w, n) in rows_by if w == wl):
+            r = rows_by[(wl, n)]
+            t = {v: us(r, v) for v in ("dvm_st", "fused_st", "dvm_mt", "fused_mt")}
+            st, mt = ratio(t["fused_st"], t["dvm_st"]), ratio(t["fused_mt"], t["dvm_mt"])
+            if n >= (1 << 20):
+                big["st"].append(st)
+                big["mt"].append(mt)
+            err = (r.get("dvm_st") or {}).get("max_rel_err")
+            rows.append([wl, elems(n), fmt(t["dvm_st"], 1), fmt(t["fused_st"], 1), fmt(st),
+                         fmt(t["dvm_mt"], 1), fmt(t["fused_mt"], 1), fmt(mt),
+                         "-" if err is None else f"{err:.1e}"])
+    out += table(["workload", "elements", "DVM 1t µs", "fused 1t µs", "fused/VM 1t",
+                  "DVM mt µs", "fused mt µs", "fused/VM mt", "err"], rows, numeric_from=2)
+    gst, gmt = geomean(big["st"]), geomean(big["mt"])
+    if gst or gmt:
+        low = {k: min((v for v in vs if v), default=None) for k, vs in big.items()}
+        out += ["", f"At ≥ 1M elements: geomean fused/VM {fmt(gst)} (1t), {fmt(gmt)} (mt); "
+                f"lowest {fmt(low['st'])} (1t), {fmt(low['mt'])} (mt). Target: geomean ≥ 0.95, "
+                f"none below 0.8."]
+    return out
+
+
 def gflops(b, counter):
     if b is None:
         return None
@@ -432,6 +478,8 @@ CPP = [
     ("encode_bench", "Runtime operator compiler: encode latency and call overhead",
      section_encode),
     ("vm_bench", "VM execution against a hand-fused loop and op-by-op", section_vm),
+    ("vm_suite_bench", "VM execution on model-shaped workloads against plain fused loops",
+     section_suite),
     ("matmul_bench", "Matmul through the whole stack against OpenBLAS", section_matmul),
     ("gemm_bench", "GEMM kernel against OpenBLAS, one thread", section_gemm),
     ("graph_bench", "Graph compiler: fused against unfused, compile and new-shape cost",
