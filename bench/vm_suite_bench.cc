@@ -27,6 +27,7 @@
 #include "bench_pool.h"
 #include "dvm/kernel.h"
 #include "dvm/runtime.h"
+#include "ops/scalar_ops.h"
 
 namespace {
 
@@ -47,24 +48,13 @@ int bench_threads() {
 }
 const int kThreads = bench_threads();
 
-// ---- half-precision storage (round to nearest even) --------------------------------------
+// ---- half-precision storage: bf16 by the spec's conversions, f16 by the compiler's _Float16 --
 
-inline uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 inline uint16_t to_bf16(float f) {
-  uint32_t u = bits(f);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return dvm::ops::f32_to_bf16_bits(f);
 }
 inline float from_bf16(uint16_t h) {
-  return from_bits(static_cast<uint32_t>(h) << 16);
+  return dvm::ops::bf16_bits_to_f32(h);
 }
 inline uint16_t to_f16(float f) {
   return static_cast<uint16_t>(std::bit_cast<uint16_t>(static_cast<_Float16>(f)));

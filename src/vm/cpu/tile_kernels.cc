@@ -138,6 +138,19 @@ HWY_INLINE void Map2(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* 
   }
 }
 
+// Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back.
+template <class DO, class DA, class F>
+HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
+                         int64_t n, F f) {
+  int fa = ainc, fb = binc;
+  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb)) {
+    return Map2(dout, da, dst, a, fa, b, fb, rs.rows * n, f);
+  }
+  for (int64_t r = 0; r < rs.rows; ++r)
+    Map2(dout, da, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, f);
+}
+
 // Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T).
 template <class D, class F>
 HWY_INLINE void Map3(D d, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
@@ -447,14 +460,7 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
 void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
                int binc, int64_t n) {
   const DF d;
-  int fa = ainc, fb = binc;
-  const bool flat =
-      rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb);
-  const auto run = [&](auto f) {
-    if (flat) return Map2(d, d, dst, a, fa, b, fb, rs.rows * n, f);
-    for (int64_t r = 0; r < rs.rows; ++r)
-      Map2(d, d, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, f);
-  };
+  const auto run = [&](auto f) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, f); };
   switch (op) {
     case BinaryOp::kAdd:
       return run([](VF x, VF y) { return hn::Add(x, y); });
@@ -486,14 +492,7 @@ void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc
 void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
                  const float* b, int binc, int64_t n) {
   const DF d;
-  int fa = ainc, fb = binc;
-  const bool flat =
-      rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb);
-  const auto map = [&](auto g) {
-    if (flat) return Map2(d, d, dst, a, fa, b, fb, rs.rows * n, g);
-    for (int64_t r = 0; r < rs.rows; ++r)
-      Map2(d, d, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, g);
-  };
+  const auto map = [&](auto g) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, g); };
   const auto run = [&](auto f) {
     if (pre == 1) {
       map([&](VF x, VF y) DVM_INL { return f(hn::Add(x, y)); });
