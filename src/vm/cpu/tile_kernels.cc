@@ -138,17 +138,23 @@ HWY_INLINE void Map2(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* 
   }
 }
 
-// Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back.
+// Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back. One call
+// site of Map2 (it is inlined into every op's kernel, per target).
 template <class DO, class DA, class F>
 HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
                          int64_t n, F f) {
   int fa = ainc, fb = binc;
+  int64_t rows = rs.rows, len = n;
   if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb)) {
-    return Map2(dout, da, dst, a, fa, b, fb, rs.rows * n, f);
+    rows = 1;
+    len = rs.rows * n;
+  } else {
+    fa = ainc;
+    fb = binc;
   }
-  for (int64_t r = 0; r < rs.rows; ++r)
-    Map2(dout, da, dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, f);
+  for (int64_t r = 0; r < rows; ++r)
+    Map2(dout, da, dst + r * rs.d, a + r * rs.a, fa, b + r * rs.b, fb, len, f);
 }
 
 // Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T).
@@ -372,10 +378,15 @@ HWY_INLINE VF SignF(DF d, VF x) {
 void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n) {
   const DF d;
   int fa = ainc;
-  const bool flat = rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa);
+  int64_t rows = rs.rows, len = n;
+  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa)) {
+    rows = 1;
+    len = rs.rows * n;
+  } else {
+    fa = ainc;
+  }
   const auto run = [&](auto f) {
-    if (flat) return Map1(d, d, dst, a, fa, rs.rows * n, f);
-    for (int64_t r = 0; r < rs.rows; ++r) Map1(d, d, dst + r * rs.d, a + r * rs.a, ainc, n, f);
+    for (int64_t r = 0; r < rows; ++r) Map1(d, d, dst + r * rs.d, a + r * rs.a, fa, len, f);
   };
   switch (op) {
     case UnaryOp::kNeg:
