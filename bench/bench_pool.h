@@ -4,11 +4,21 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 #include <vector>
 
 namespace dvm_bench {
+
+// Threads of the multi-threaded variants: DVM_NUM_THREADS if set, else every core.
+inline int bench_threads() {
+  if (const char* env = std::getenv("DVM_NUM_THREADS")) {
+    int t = std::atoi(env);
+    if (t > 0) return t;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 // Launches under kGrain elements run on the caller (the VM's own rule).
 inline constexpr int64_t kGrain = int64_t{1} << 15;

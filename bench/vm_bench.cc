@@ -47,14 +47,7 @@ using dvm_bench::kGrain;
 using dvm_bench::Pool;
 using dvm_bench::split;
 
-int bench_threads() {
-  if (const char* env = std::getenv("DVM_NUM_THREADS")) {
-    int t = std::atoi(env);
-    if (t > 0) return t;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-const int kThreads = bench_threads();
+const int kThreads = dvm_bench::bench_threads();
 
 // ---------------------------------------------------------------------------------------------
 // Vector math, same approximation class as the VM (Highway contrib/math polynomials).

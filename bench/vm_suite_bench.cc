@@ -39,14 +39,7 @@ using dvm::Value;
 using dvm_bench::Pool;
 using dvm_bench::split;
 
-int bench_threads() {
-  if (const char* env = std::getenv("DVM_NUM_THREADS")) {
-    int t = std::atoi(env);
-    if (t > 0) return t;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-const int kThreads = bench_threads();
+const int kThreads = dvm_bench::bench_threads();
 
 // ---- half-precision storage: bf16 by the spec's conversions, f16 by the compiler's _Float16 --
 
