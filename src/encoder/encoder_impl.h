@@ -34,6 +34,7 @@ class Encoder {
   Status materialize(int node, View* ws);
   bool resolve_view(int node, View* v);
   int add_inst(int stage, Inst inst);
+  int push_inst(int stage, Inst inst);
   int find_inst(int stage, int node, const NodeMap& map, InstKind kind) const;
   void plan_cuts();
   Status materialize_cuts();

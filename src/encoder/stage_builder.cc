@@ -85,6 +85,11 @@ int Encoder::find_inst(int stage, int node, const NodeMap& map, InstKind kind) c
 int Encoder::add_inst(int stage, Inst inst) {
   int existing = find_inst(stage, inst.node, inst.map, inst.kind);
   if (existing >= 0) return existing;
+  return push_inst(stage, std::move(inst));
+}
+
+// Appends an instance known to be new (no search).
+int Encoder::push_inst(int stage, Inst inst) {
   auto& insts = stages_[stage].insts;
   for (int in : inst.inputs) insts[in].uses++;
   insts.push_back(std::move(inst));
@@ -620,7 +625,8 @@ Status Encoder::visit(int stage, int node, const NodeMap& map, int* inst) {
         c.inputs.push_back(child);
         c.vary |= stages_[stage].insts[child].vary;
       }
-      *inst = add_inst(stage, std::move(c));
+      // Searched for above, and visiting the operands cannot add this node (they precede it).
+      *inst = push_inst(stage, std::move(c));
       return Status::ok();
     }
     case OpKind::kBroadcast:
