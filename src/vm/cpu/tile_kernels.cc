@@ -3,8 +3,9 @@
 // targets and dispatched at run time; integer, i64, conversion and arg-reduction rows are plain
 // loops over the scalar spec (src/ops/scalar_ops.h) compiled once.
 //
-// Tails: the last partial vector is copied into a padded stack buffer and run through the same
-// SIMD code, so an element's result never depends on its position in the row.
+// Tails: the last partial vector is loaded with a lane mask (or through a padded stack buffer
+// where the target has no masked access) and run through the same SIMD code, so an element's
+// result never depends on its position in the row.
 
 // Keep the target list short: every target multiplies the compile time of this file.
 #ifndef HWY_DISABLED_TARGETS
@@ -50,153 +51,206 @@ constexpr size_t kMaxLanes = 16;
 static_assert(HWY_MAX_BYTES / 4 <= kMaxLanes, "tail buffers too small");
 
 // ------------------------------------------------------------------------------------------
-// Generic row drivers. A source with increment 0 is a broadcast vector; when every source is
-// broadcast the result is computed once and replicated.
+// Tile drivers: one call runs a kernel over a block of rows (cpu::Rows). The operand
+// increments are resolved once per call into template parameters, so a row costs its vectors
+// plus a few pointer updates, not a fresh setup (rows of 32-96 columns are common). A source
+// of increment 0 is broadcast along its row (its row stride may still move it: a column
+// vector); when every source is broadcast the row's value is computed once and replicated.
 
-template <class DO, class DA, class F>
-HWY_INLINE void Map1(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* a, int ainc,
-                     int64_t n, F f) {
-  using TO = hn::TFromD<DO>;
-  using TA = hn::TFromD<DA>;
-  if (n <= 0) return;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
-  HWY_ALIGN TA in[kMaxLanes];
-  HWY_ALIGN TO out[kMaxLanes];
-  if (ainc == 0) {
-    hn::Store(f(hn::Set(da, a[0])), dout, out);
-    const TO v = out[0];
-    for (int64_t i = 0; i < n; ++i) dst[i] = v;
-    return;
-  }
-  int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(da, a + i)), dout, dst + i);
-  if (i < n) {
-    const int64_t m = n - i;
-    for (int64_t k = 0; k < N; ++k) in[k] = a[i + (k < m ? k : 0)];
-    hn::Store(f(hn::Load(da, in)), dout, out);
-    for (int64_t k = 0; k < m; ++k) dst[i + k] = out[k];
-  }
+// The first m (0 < m < lanes) elements of a row as one vector (other lanes 0), and the
+// matching partial store. AVX2 and AVX-512 mask the access in hardware (masked-off lanes never
+// fault); other targets go through a padded stack buffer. 32-bit lanes only.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, int64_t m) {
+  static_assert(sizeof(hn::TFromD<D>) == 4, "32-bit lanes");
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(m)), d, p);
+#else
+  HWY_ALIGN hn::TFromD<D> buf[kMaxLanes] = {};
+  for (int64_t k = 0; k < m; ++k) buf[k] = p[k];
+  return hn::Load(d, buf);
+#endif
 }
 
-// The full-vector part of Map2 with the operand increments known at compile time, two
-// vectors per iteration so loads of the next pair overlap the math of this one. Returns the
-// number of elements done.
-template <bool kA, bool kB, class DO, class DA, class VA, class F>
-HWY_INLINE int64_t Map2Main(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* a,
-                            const hn::TFromD<DA>* b, VA ba, VA bb, int64_t n, F f) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    const VA a0 = kA ? hn::LoadU(da, a + i) : ba;
-    const VA a1 = kA ? hn::LoadU(da, a + i + N) : ba;
-    const VA b0 = kB ? hn::LoadU(da, b + i) : bb;
-    const VA b1 = kB ? hn::LoadU(da, b + i + N) : bb;
-    hn::StoreU(f(a0, b0), dout, dst + i);
-    hn::StoreU(f(a1, b1), dout, dst + i + N);
-  }
-  for (; i + N <= n; i += N) {
-    hn::StoreU(f(kA ? hn::LoadU(da, a + i) : ba, kB ? hn::LoadU(da, b + i) : bb), dout, dst + i);
-  }
-  return i;
+template <class D>
+HWY_INLINE void StoreTail(hn::Vec<D> v, D d, hn::TFromD<D>* p, int64_t m) {
+  static_assert(sizeof(hn::TFromD<D>) == 4, "32-bit lanes");
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(m)), d, p);
+#else
+  HWY_ALIGN hn::TFromD<D> buf[kMaxLanes];
+  hn::Store(v, d, buf);
+  for (int64_t k = 0; k < m; ++k) p[k] = buf[k];
+#endif
 }
 
-template <class DO, class DA, class F>
-HWY_INLINE void Map2(DO dout, DA da, hn::TFromD<DO>* dst, const hn::TFromD<DA>* a, int ainc,
-                     const hn::TFromD<DA>* b, int binc, int64_t n, F f) {
+// Fills n elements with v (a broadcast row).
+template <typename T>
+HWY_INLINE void FillRow(T* dst, T v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = v;
+}
+
+template <bool kA, class DO, class DA, class F>
+HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int64_t n, F f) {
   using TO = hn::TFromD<DO>;
-  using TA = hn::TFromD<DA>;
-  if (n <= 0) return;
   const int64_t N = static_cast<int64_t>(hn::Lanes(da));
-  HWY_ALIGN TA ina[kMaxLanes];
-  HWY_ALIGN TA inb[kMaxLanes];
-  HWY_ALIGN TO out[kMaxLanes];
-  const auto ba = hn::Set(da, a[0]);
-  const auto bb = hn::Set(da, b[0]);
-  if (ainc == 0 && binc == 0) {
-    hn::Store(f(ba, bb), dout, out);
-    const TO v = out[0];
-    for (int64_t i = 0; i < n; ++i) dst[i] = v;
-    return;
-  }
-  int64_t i;
-  if (ainc && binc) {
-    i = Map2Main<true, true>(dout, da, dst, a, b, ba, bb, n, f);
-  } else if (ainc) {
-    i = Map2Main<true, false>(dout, da, dst, a, b, ba, bb, n, f);
-  } else {
-    i = Map2Main<false, true>(dout, da, dst, a, b, ba, bb, n, f);
-  }
-  if (i < n) {
-    const int64_t m = n - i;
-    for (int64_t k = 0; k < N; ++k) {
-      const int64_t j = i + (k < m ? k : 0);
-      ina[k] = a[ainc ? j : 0];
-      inb[k] = b[binc ? j : 0];
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    TO* dr = dst + r * rs.d;
+    const hn::TFromD<DA>* ar = a + r * rs.a;
+    if (!kA) {  // a broadcast row: one evaluation
+      HWY_ALIGN TO out[kMaxLanes];
+      hn::Store(f(hn::Set(da, ar[0])), dout, out);
+      FillRow(dr, out[0], n);
+      continue;
     }
-    hn::Store(f(hn::Load(da, ina), hn::Load(da, inb)), dout, out);
-    for (int64_t k = 0; k < m; ++k) dst[i + k] = out[k];
+    int64_t i = 0;
+    for (; i + 2 * N <= n; i += 2 * N) {
+      const auto x0 = hn::LoadU(da, ar + i);
+      const auto x1 = hn::LoadU(da, ar + i + N);
+      hn::StoreU(f(x0), dout, dr + i);
+      hn::StoreU(f(x1), dout, dr + i + N);
+    }
+    if (i + N <= n) {
+      hn::StoreU(f(hn::LoadU(da, ar + i)), dout, dr + i);
+      i += N;
+    }
+    if (i < n) StoreTail(f(LoadTail(da, ar + i, n - i)), dout, dr + i, n - i);
   }
 }
 
-// Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back. One call
-// site of Map2 (it is inlined into every op's kernel, per target).
+// Map1 over a block of rows; one run of rows * n elements when the rows are back to back.
+template <class DO, class DA, class F>
+HWY_INLINE void Map1Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
+  if (n <= 0 || rs.rows <= 0) return;
+  int fa = ainc;
+  Rows g = rs;
+  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa)) {
+    g = Rows{1, 0, 0};
+    n *= rs.rows;
+  } else {
+    fa = ainc;
+  }
+  if (fa) {
+    Map1Grid<true>(dout, da, g, dst, a, n, f);
+  } else {
+    Map1Grid<false>(dout, da, g, dst, a, n, f);
+  }
+}
+
+template <bool kA, bool kB, class DO, class DA, class F>
+HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, const hn::TFromD<DA>* b, int64_t n, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    hn::TFromD<DO>* dr = dst + r * rs.d;
+    const hn::TFromD<DA>* ar = a + r * rs.a;
+    const hn::TFromD<DA>* br = b + r * rs.b;
+    const auto va = kA ? hn::Zero(da) : hn::Set(da, ar[0]);
+    const auto vb = kB ? hn::Zero(da) : hn::Set(da, br[0]);
+    int64_t i = 0;
+    for (; i + 2 * N <= n; i += 2 * N) {  // two vectors: the next loads overlap this math
+      const auto a0 = kA ? hn::LoadU(da, ar + i) : va;
+      const auto a1 = kA ? hn::LoadU(da, ar + i + N) : va;
+      const auto b0 = kB ? hn::LoadU(da, br + i) : vb;
+      const auto b1 = kB ? hn::LoadU(da, br + i + N) : vb;
+      hn::StoreU(f(a0, b0), dout, dr + i);
+      hn::StoreU(f(a1, b1), dout, dr + i + N);
+    }
+    if (i + N <= n) {
+      hn::StoreU(f(kA ? hn::LoadU(da, ar + i) : va, kB ? hn::LoadU(da, br + i) : vb), dout, dr + i);
+      i += N;
+    }
+    if (i < n) {
+      const int64_t m = n - i;
+      StoreTail(f(kA ? LoadTail(da, ar + i, m) : va, kB ? LoadTail(da, br + i, m) : vb), dout,
+                dr + i, m);
+    }
+  }
+}
+
+// Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back. The
+// kernels' single call site of the drivers (each op's math is inlined once per variant).
 template <class DO, class DA, class F>
 HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
                          int64_t n, F f) {
+  using TO = hn::TFromD<DO>;
+  if (n <= 0 || rs.rows <= 0) return;
   int fa = ainc, fb = binc;
-  int64_t rows = rs.rows, len = n;
+  Rows g = rs;
   if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb)) {
-    rows = 1;
-    len = rs.rows * n;
+    g = Rows{1, 0, 0, 0};
+    n *= rs.rows;
   } else {
     fa = ainc;
     fb = binc;
   }
-  for (int64_t r = 0; r < rows; ++r)
-    Map2(dout, da, dst + r * rs.d, a + r * rs.a, fa, b + r * rs.b, fb, len, f);
+  if (fa && fb) {
+    Map2Grid<true, true>(dout, da, g, dst, a, b, n, f);
+  } else if (fa) {
+    Map2Grid<true, false>(dout, da, g, dst, a, b, n, f);
+  } else if (fb) {
+    Map2Grid<false, true>(dout, da, g, dst, a, b, n, f);
+  } else {  // both broadcast: one evaluation per row
+    HWY_ALIGN TO out[kMaxLanes];
+    for (int64_t r = 0; r < g.rows; ++r) {
+      hn::Store(f(hn::Set(da, a[r * g.a]), hn::Set(da, b[r * g.b])), dout, out);
+      FillRow(dst + r * g.d, out[0], n);
+    }
+  }
 }
 
-// Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T).
+// Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T), over a
+// block of rows. All-contiguous rows get the unrolled loop; other increment patterns (rarer)
+// pick each source per vector.
 template <class D, class F>
-HWY_INLINE void Map3(D d, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
-                     const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc, int64_t n,
-                     F f) {
+HWY_INLINE void Map3Rows(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
+                         const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc,
+                         int64_t n, F f) {
   using T = hn::TFromD<D>;
-  if (n <= 0) return;
+  if (n <= 0 || rs.rows <= 0) return;
+  int fa = ainc, fb = binc, fc = cinc;
+  Rows g = rs;
+  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb) &&
+      Rows::flat_src(n, cinc, rs.c, &fc)) {
+    g = Rows{1, 0, 0, 0, 0};
+    n *= rs.rows;
+  } else {
+    fa = ainc;
+    fb = binc;
+    fc = cinc;
+  }
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  HWY_ALIGN T ina[kMaxLanes];
-  HWY_ALIGN T inb[kMaxLanes];
-  HWY_ALIGN T inc[kMaxLanes];
-  HWY_ALIGN T out[kMaxLanes];
-  const auto ba = hn::Set(d, a[0]);
-  const auto bb = hn::Set(d, b[0]);
-  const auto bc = hn::Set(d, c[0]);
-  int64_t i = 0;
-  if (ainc && binc && cinc) {
-    for (; i + 2 * N <= n; i += 2 * N) {
-      const auto r0 = f(hn::LoadU(d, a + i), hn::LoadU(d, b + i), hn::LoadU(d, c + i));
-      const auto r1 = f(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), hn::LoadU(d, c + i + N));
-      hn::StoreU(r0, d, dst + i);
-      hn::StoreU(r1, d, dst + i + N);
+  const bool all = fa && fb && fc;
+  for (int64_t r = 0; r < g.rows; ++r) {
+    T* dr = dst + r * g.d;
+    const T *ar = a + r * g.a, *br = b + r * g.b, *cr = c + r * g.c;
+    const auto ba = hn::Set(d, ar[0]), bb = hn::Set(d, br[0]), bc = hn::Set(d, cr[0]);
+    int64_t i = 0;
+    if (all) {
+      for (; i + 2 * N <= n; i += 2 * N) {
+        const auto r0 = f(hn::LoadU(d, ar + i), hn::LoadU(d, br + i), hn::LoadU(d, cr + i));
+        const auto r1 =
+            f(hn::LoadU(d, ar + i + N), hn::LoadU(d, br + i + N), hn::LoadU(d, cr + i + N));
+        hn::StoreU(r0, d, dr + i);
+        hn::StoreU(r1, d, dr + i + N);
+      }
     }
-  }
-  for (; i + N <= n; i += N) {
-    const auto va = ainc ? hn::LoadU(d, a + i) : ba;
-    const auto vb = binc ? hn::LoadU(d, b + i) : bb;
-    const auto vc = cinc ? hn::LoadU(d, c + i) : bc;
-    hn::StoreU(f(va, vb, vc), d, dst + i);
-  }
-  if (i < n) {
-    const int64_t m = n - i;
-    for (int64_t k = 0; k < N; ++k) {
-      const int64_t j = i + (k < m ? k : 0);
-      ina[k] = a[ainc ? j : 0];
-      inb[k] = b[binc ? j : 0];
-      inc[k] = c[cinc ? j : 0];
+    for (; i + N <= n; i += N) {
+      const auto va = fa ? hn::LoadU(d, ar + i) : ba;
+      const auto vb = fb ? hn::LoadU(d, br + i) : bb;
+      const auto vc = fc ? hn::LoadU(d, cr + i) : bc;
+      hn::StoreU(f(va, vb, vc), d, dr + i);
     }
-    hn::Store(f(hn::Load(d, ina), hn::Load(d, inb), hn::Load(d, inc)), d, out);
-    for (int64_t k = 0; k < m; ++k) dst[i + k] = out[k];
+    if (i < n) {
+      const int64_t m = n - i;
+      const auto va = fa ? LoadTail(d, ar + i, m) : ba;
+      const auto vb = fb ? LoadTail(d, br + i, m) : bb;
+      const auto vc = fc ? LoadTail(d, cr + i, m) : bc;
+      StoreTail(f(va, vb, vc), d, dr + i, m);
+    }
   }
 }
 
@@ -377,17 +431,7 @@ HWY_INLINE VF SignF(DF d, VF x) {
 // loses it).
 void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n) {
   const DF d;
-  int fa = ainc;
-  int64_t rows = rs.rows, len = n;
-  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa)) {
-    rows = 1;
-    len = rs.rows * n;
-  } else {
-    fa = ainc;
-  }
-  const auto run = [&](auto f) {
-    for (int64_t r = 0; r < rows; ++r) Map1(d, d, dst + r * rs.d, a + r * rs.a, fa, len, f);
-  };
+  const auto run = [&](auto f) { Map1Rows(d, d, rs, dst, a, ainc, n, f); };
   switch (op) {
     case UnaryOp::kNeg:
       return run([](VF x) { return hn::Neg(x); });
@@ -457,12 +501,14 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
   const DI di;
   switch (op) {
     case UnaryOp::kIsFinite:
-      return Map1(di, d, dst, a, ainc, n, [d](VF x) { return MaskToI32(d, hn::IsFinite(x)); });
+      return Map1Rows(di, d, Rows{}, dst, a, ainc, n,
+                      [d](VF x) { return MaskToI32(d, hn::IsFinite(x)); });
     case UnaryOp::kIsNan:
-      return Map1(di, d, dst, a, ainc, n, [d](VF x) { return MaskToI32(d, hn::IsNaN(x)); });
+      return Map1Rows(di, d, Rows{}, dst, a, ainc, n,
+                      [d](VF x) { return MaskToI32(d, hn::IsNaN(x)); });
     case UnaryOp::kLogicalNot:
-      return Map1(di, d, dst, a, ainc, n,
-                  [d](VF x) { return MaskToI32(d, hn::Eq(x, hn::Zero(d))); });
+      return Map1Rows(di, d, Rows{}, dst, a, ainc, n,
+                      [d](VF x) { return MaskToI32(d, hn::Eq(x, hn::Zero(d))); });
     default:
       for (int64_t i = 0; i < n; ++i) dst[i] = ops::predicate_f32(op, a[ainc ? i : 0]);
   }
@@ -540,7 +586,7 @@ void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float
   const DF d;
   const DI di;
   const VI one = hn::Set(di, 1);
-  const auto run = [&](auto f) { Map2(di, d, dst, a, ainc, b, binc, n, f); };
+  const auto run = [&](auto f) { Map2Rows(di, d, Rows{}, dst, a, ainc, b, binc, n, f); };
   const auto nonzero = [d, one](VF x) {
     return hn::Xor(MaskToI32(d, hn::Eq(x, hn::Zero(d))), one);
   };
@@ -574,43 +620,52 @@ void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, i
   using VU = hn::Vec<DU>;
   // The condition is reinterpreted as u32: non-zero iff the i32 is non-zero.
   const uint32_t* c = reinterpret_cast<const uint32_t*>(cond);
-  Map3(du, dst, c, cinc, a, ainc, b, binc, n,
-       [du](VU vc, VU va, VU vb) { return hn::IfThenElse(hn::Ne(vc, hn::Zero(du)), va, vb); });
+  Map3Rows(du, Rows{}, dst, c, cinc, a, ainc, b, binc, n,
+           [du](VU vc, VU va, VU vb) { return hn::IfThenElse(hn::Ne(vc, hn::Zero(du)), va, vb); });
 }
 
 void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
             const float* c, int cinc, int64_t n) {
-  int fa = ainc, fb = binc, fc = cinc;
-  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb) &&
-      Rows::flat_src(n, cinc, rs.c, &fc)) {
-    return FmaF32(Rows{}, dst, a, fa, b, fb, c, fc, rs.rows * n);
-  }
+#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+  // No fused multiply-add instruction: keep the single rounding of the spec.
   for (int64_t r = 0; r < rs.rows; ++r) {
     float* dr = dst + r * rs.d;
     const float *ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
-#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
-    // No fused multiply-add instruction: keep the single rounding of the spec.
     for (int64_t i = 0; i < n; ++i) {
       dr[i] = std::fma(ar[ainc ? i : 0], br[binc ? i : 0], cr[cinc ? i : 0]);
     }
-#else
-    const DF d;
-    Map3(d, dr, ar, ainc, br, binc, cr, cinc, n,
-         [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
-#endif
   }
+#else
+  const DF d;
+  Map3Rows(d, rs, dst, a, ainc, b, binc, c, cinc, n,
+           [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
+#endif
 }
 
 // ------------------------------------------------------------------------------------------
 // f32 reductions: four independent accumulators over full vectors, the tail padded with the
 // identity, then a fixed-order fold of the lanes. Deterministic for a given n and target.
 
-template <class F>
+// The lanes of v combined as a balanced tree (lane k with lane k + N/2, then k + N/4, ...):
+// a fixed order, and log2(N) dependent steps instead of N - 1.
+template <class C>
+HWY_INLINE float FoldLanes(DF d, VF v, C comb) {
+  constexpr int64_t kMax = static_cast<int64_t>(kMaxLanes);
+  HWY_ALIGN float lanes[kMax];
+  hn::Store(v, d, lanes);
+  for (int64_t w = static_cast<int64_t>(hn::Lanes(d)) / 2; w >= 1; w /= 2)
+    for (int64_t k = 0; k < w; ++k) lanes[k] = comb(lanes[k], lanes[k + w]);
+  return lanes[0];
+}
+
+// Reduces one row: four vector accumulators over full vectors, the tail's missing lanes set
+// to the identity, then FoldLanes. `f` combines vectors, `comb` scalars (the same op).
+template <class F, class C>
 HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float identity, F f,
-                              ReduceOp op) {
+                              C comb) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF id = hn::Set(d, identity);
-  const VF bcast = hn::Set(d, n > 0 ? a[0] : identity);
+  const VF bcast = hn::Set(d, a[0]);
   const auto load = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : bcast; };
   VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
   int64_t i = 0;
@@ -622,57 +677,44 @@ HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float i
   }
   for (; i + N <= n; i += N) acc0 = f(acc0, load(i));
   if (i < n) {
-    HWY_ALIGN float buf[kMaxLanes];
-    for (int64_t k = 0; k < N; ++k) buf[k] = i + k < n ? a[ainc ? i + k : 0] : identity;
-    acc1 = f(acc1, hn::Load(d, buf));
+    const int64_t m = n - i;
+    const VF x = ainc ? LoadTail(d, a + i, m) : bcast;
+    acc1 = f(acc1, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(m)), x, id));
   }
-  acc0 = f(f(acc0, acc1), f(acc2, acc3));
-  HWY_ALIGN float lanes[kMaxLanes];
-  hn::Store(acc0, d, lanes);
-  float r = lanes[0];
-  for (int64_t k = 1; k < N; ++k) r = reduce_combine_f32(op, r, lanes[k]);
-  return r;
-}
-
-HWY_INLINE void ReduceRowOne(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
-  if (n <= 0) return;
-  const DF d;
-  const float id = reduce_identity<float>(op);
-  float r = 0.0f;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kMean:
-      r = ReduceRowVec(
-          d, a, ainc, n, id, [](VF x, VF y) { return hn::Add(x, y); }, op);
-      break;
-    case ReduceOp::kProd:
-      r = ReduceRowVec(
-          d, a, ainc, n, id, [](VF x, VF y) { return hn::Mul(x, y); }, op);
-      break;
-    case ReduceOp::kMax:
-    case ReduceOp::kArgMax:
-      r = ReduceRowVec(
-          d, a, ainc, n, id, [](VF x, VF y) { return NanMax(x, y); }, op);
-      break;
-    case ReduceOp::kMin:
-    case ReduceOp::kArgMin:
-      r = ReduceRowVec(
-          d, a, ainc, n, id, [](VF x, VF y) { return NanMin(x, y); }, op);
-      break;
-  }
-  *acc = reduce_combine_f32(op, *acc, r);
+  return FoldLanes(d, f(f(acc0, acc1), f(acc2, acc3)), comb);
 }
 
 // Rows in order: an accumulator shared by several rows (row stride 0) combines them in turn.
 void ReduceRowF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n) {
-  for (int64_t r = 0; r < rs.rows; ++r) ReduceRowOne(op, acc + r * rs.d, a + r * rs.a, ainc, n);
+  if (n <= 0) return;
+  const DF d;
+  const float id = reduce_identity<float>(op);
+  const auto run = [&](auto f, auto comb) {
+    for (int64_t r = 0; r < rs.rows; ++r) {
+      float* ar = acc + r * rs.d;
+      *ar = comb(*ar, ReduceRowVec(d, a + r * rs.a, ainc, n, id, f, comb));
+    }
+  };
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return run([](VF x, VF y) { return hn::Add(x, y); }, [](float x, float y) { return x + y; });
+    case ReduceOp::kProd:
+      return run([](VF x, VF y) { return hn::Mul(x, y); }, [](float x, float y) { return x * y; });
+    case ReduceOp::kMax:
+    case ReduceOp::kArgMax:
+      return run([](VF x, VF y) { return NanMax(x, y); },
+                 [](float x, float y) { return reduce_combine_f32(ReduceOp::kMax, x, y); });
+    case ReduceOp::kMin:
+    case ReduceOp::kArgMin:
+      return run([](VF x, VF y) { return NanMin(x, y); },
+                 [](float x, float y) { return reduce_combine_f32(ReduceOp::kMin, x, y); });
+  }
 }
 
 // *acc += sum a[i] * b[i], four vector accumulators combined in a fixed order.
-HWY_INLINE void DotRowOne(float* acc, const float* a, int ainc, const float* b, int binc,
+HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const float* b, int binc,
                           int64_t n) {
-  if (n <= 0) return;
-  const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF ba = hn::Set(d, a[0]), bb = hn::Set(d, b[0]);
   const auto la = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : ba; };
@@ -686,32 +728,28 @@ HWY_INLINE void DotRowOne(float* acc, const float* a, int ainc, const float* b, 
     acc3 = hn::MulAdd(la(i + 3 * N), lb(i + 3 * N), acc3);
   }
   for (; i + N <= n; i += N) acc0 = hn::MulAdd(la(i), lb(i), acc0);
-  if (i < n) {
-    HWY_ALIGN float xa[kMaxLanes];
-    HWY_ALIGN float xb[kMaxLanes];
-    for (int64_t k = 0; k < N; ++k) {
-      xa[k] = i + k < n ? a[ainc ? i + k : 0] : 0.0f;
-      xb[k] = i + k < n ? b[binc ? i + k : 0] : 0.0f;
-    }
-    acc1 = hn::MulAdd(hn::Load(d, xa), hn::Load(d, xb), acc1);
+  if (i < n) {  // missing lanes are 0 * 0 (a broadcast inf must not make 0 * inf = NaN)
+    const int64_t m = n - i;
+    const auto live = hn::FirstN(d, static_cast<size_t>(m));
+    const VF xa = ainc ? LoadTail(d, a + i, m) : hn::IfThenElseZero(live, ba);
+    const VF xb = binc ? LoadTail(d, b + i, m) : hn::IfThenElseZero(live, bb);
+    acc1 = hn::MulAdd(xa, xb, acc1);
   }
   acc0 = hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3));
-  HWY_ALIGN float lanes[kMaxLanes];
-  hn::Store(acc0, d, lanes);
-  float r = lanes[0];
-  for (int64_t k = 1; k < N; ++k) r += lanes[k];
-  *acc += r;
+  *acc += FoldLanes(d, acc0, [](float x, float y) { return x + y; });
 }
 
 void DotRowF32(const Rows& rs, float* acc, const float* a, int ainc, const float* b, int binc,
                int64_t n) {
+  if (n <= 0) return;
+  const DF d;
   for (int64_t r = 0; r < rs.rows; ++r)
-    DotRowOne(acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
+    DotRowOne(d, acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
 }
 
 void AccumulateF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
   const DF d;
-  const auto run = [&](auto f) { Map2(d, d, acc, acc, 1, a, ainc, n, f); };
+  const auto run = [&](auto f) { Map2Rows(d, d, Rows{}, acc, acc, 1, a, ainc, n, f); };
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kMean:
