@@ -563,6 +563,10 @@ void BlockRunner::exec_reduce(const Instr& in) {
     Ref d = resolve(in.d, in.ctype);
     int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
     int es = ctype_size(in.ctype);
+    if (d.rs == cols) {  // rows back to back (a column register included): one run
+      cpu::fill_identity(bc::aux_reduce_op(in.aux), in.ctype, d.p, rows * cols);
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r)
       cpu::fill_identity(bc::aux_reduce_op(in.aux), in.ctype, d.p + r * d.rs * es, cols);
     return;

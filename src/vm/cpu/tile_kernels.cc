@@ -647,7 +647,7 @@ void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b
 // identity, then a fixed-order fold of the lanes. Deterministic for a given n and target.
 
 // The lanes of v combined as a balanced tree (lane k with lane k + N/2, then k + N/4, ...):
-// a fixed order, and log2(N) dependent steps instead of N - 1.
+// a fixed order, and log2(N) dependent steps instead of N - 1. Through memory: the rare ops.
 template <class C>
 HWY_INLINE float FoldLanes(DF d, VF v, C comb) {
   constexpr int64_t kMax = static_cast<int64_t>(kMaxLanes);
@@ -658,11 +658,32 @@ HWY_INLINE float FoldLanes(DF d, VF v, C comb) {
   return lanes[0];
 }
 
+// Sum / max / min of the lanes in registers (a fixed shuffle tree per target). Max and min
+// return the first NaN lane if there is one (the shuffles would drop it).
+HWY_INLINE float FoldSum(DF d, VF v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+HWY_INLINE float FirstNaN(DF d, VF v) {
+  HWY_ALIGN float lanes[kMaxLanes];
+  hn::Store(v, d, lanes);
+  for (size_t k = 0; k < hn::Lanes(d); ++k)
+    if (std::isnan(lanes[k])) return lanes[k];
+  return lanes[0];
+}
+HWY_INLINE float FoldMax(DF d, VF v) {
+  if (HWY_UNLIKELY(!hn::AllFalse(d, hn::IsNaN(v)))) return FirstNaN(d, v);
+  return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+HWY_INLINE float FoldMin(DF d, VF v) {
+  if (HWY_UNLIKELY(!hn::AllFalse(d, hn::IsNaN(v)))) return FirstNaN(d, v);
+  return hn::GetLane(hn::MinOfLanes(d, v));
+}
+
 // Reduces one row: four vector accumulators over full vectors, the tail's missing lanes set
-// to the identity, then FoldLanes. `f` combines vectors, `comb` scalars (the same op).
-template <class F, class C>
+// to the identity, then `fold` (vector -> float). `f` combines vectors.
+template <class F, class Fold>
 HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float identity, F f,
-                              C comb) {
+                              Fold fold) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF id = hn::Set(d, identity);
   const VF bcast = hn::Set(d, a[0]);
@@ -681,7 +702,7 @@ HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float i
     const VF x = ainc ? LoadTail(d, a + i, m) : bcast;
     acc1 = f(acc1, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(m)), x, id));
   }
-  return FoldLanes(d, f(f(acc0, acc1), f(acc2, acc3)), comb);
+  return fold(f(f(acc0, acc1), f(acc2, acc3)));
 }
 
 // Rows in order: an accumulator shared by several rows (row stride 0) combines them in turn.
@@ -689,26 +710,25 @@ void ReduceRowF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int a
   if (n <= 0) return;
   const DF d;
   const float id = reduce_identity<float>(op);
-  const auto run = [&](auto f, auto comb) {
+  const auto run = [&](auto f, auto fold) {
     for (int64_t r = 0; r < rs.rows; ++r) {
       float* ar = acc + r * rs.d;
-      *ar = comb(*ar, ReduceRowVec(d, a + r * rs.a, ainc, n, id, f, comb));
+      *ar = reduce_combine_f32(op, *ar, ReduceRowVec(d, a + r * rs.a, ainc, n, id, f, fold));
     }
   };
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kMean:
-      return run([](VF x, VF y) { return hn::Add(x, y); }, [](float x, float y) { return x + y; });
+      return run([](VF x, VF y) { return hn::Add(x, y); }, [d](VF v) { return FoldSum(d, v); });
     case ReduceOp::kProd:
-      return run([](VF x, VF y) { return hn::Mul(x, y); }, [](float x, float y) { return x * y; });
+      return run([](VF x, VF y) { return hn::Mul(x, y); },
+                 [d](VF v) { return FoldLanes(d, v, [](float x, float y) { return x * y; }); });
     case ReduceOp::kMax:
     case ReduceOp::kArgMax:
-      return run([](VF x, VF y) { return NanMax(x, y); },
-                 [](float x, float y) { return reduce_combine_f32(ReduceOp::kMax, x, y); });
+      return run([](VF x, VF y) { return NanMax(x, y); }, [d](VF v) { return FoldMax(d, v); });
     case ReduceOp::kMin:
     case ReduceOp::kArgMin:
-      return run([](VF x, VF y) { return NanMin(x, y); },
-                 [](float x, float y) { return reduce_combine_f32(ReduceOp::kMin, x, y); });
+      return run([](VF x, VF y) { return NanMin(x, y); }, [d](VF v) { return FoldMin(d, v); });
   }
 }
 
@@ -736,7 +756,7 @@ HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const floa
     acc1 = hn::MulAdd(xa, xb, acc1);
   }
   acc0 = hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3));
-  *acc += FoldLanes(d, acc0, [](float x, float y) { return x + y; });
+  *acc += FoldSum(d, acc0);
 }
 
 void DotRowF32(const Rows& rs, float* acc, const float* a, int ainc, const float* b, int binc,
