@@ -1050,6 +1050,19 @@ TEST(VmLarge, UnaryTransposed) {
   check(k, {make_buffer(DType::kF32, {1024, 1031}, rng, true, 1)}, {.tol = Tol::kTrans});
 }
 
+// The tile follows the output's order, so the input is read transposed (column chunks with
+// tails, row chunks): a layout the encoder picks for permute-then-math kernels.
+TEST(VmTransposedLoad, UnaryIntoOutputOrder) {
+  KernelBuilder kb("transposed_tanh");
+  Dim S = kb.symbol("S");
+  kb.store("y", kb.unary(UnaryOp::kTanh, kb.transpose(kb.load("x", DType::kF32, {S, 16}), 0, 1)));
+  BUILD(kb, k);
+  std::mt19937 rng(52);
+  for (int64_t s : {1, 7, 64, 70, 200, 1000})
+    check(k, {make_buffer(DType::kF32, {s, 16}, rng, true, 1)},
+          {.tol = Tol::kTrans, .what = "S=" + std::to_string(s)});
+}
+
 TEST(VmLarge, BinaryBroadcastF16StridedOut) {
   KernelBuilder kb("large_add");
   Dim S = kb.symbol("S"), H = kb.symbol("H");

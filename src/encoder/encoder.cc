@@ -12,9 +12,16 @@ namespace dvm::enc {
 
 Status Encoder::emit_stage(int stage, EncodedKernel* out) {
   Stage& st = stages_[stage];
+  // The axis order follows the access that varies along the most axes; on a tie, an output
+  // of an elementwise stage (a transposed store scatters a tile, a transposed load gathers it
+  // into L1). Reduction stages keep the first load's order: their summation order then
+  // matches the unfused kernels' (a reduced row read contiguously stays a row reduction).
   std::vector<StrideSet> sets;
   int ref = -1, best = -1;
+  int sink_best = -1, sink_ref = -1;
+  bool reduces = false;
   for (const Inst& in : st.insts) {
+    reduces = reduces || in.kind == InstKind::kReduce || in.kind == InstKind::kMatMul;
     if (in.kind != InstKind::kLoad) continue;
     int nz = __builtin_popcount(in.vary);
     if (nz > best) {
@@ -26,12 +33,13 @@ Status Encoder::emit_stage(int stage, EncodedKernel* out) {
   for (const Sink& s : st.sinks) {
     int nz = 0;
     for (int a = 0; a < kMaxDomAxes; ++a) nz += s.dom_stride[a] != 0;
-    if (nz > best) {
-      best = nz;
-      ref = static_cast<int>(sets.size());
+    if (nz > sink_best) {
+      sink_best = nz;
+      sink_ref = static_cast<int>(sets.size());
     }
     sets.push_back(StrideSet{s.dom_stride});
   }
+  if (sink_ref >= 0 && (sink_best > best || (sink_best == best && !reduces))) ref = sink_ref;
   Layout L;
   fold_axes(st, sets, ref, &L);
   choose_tiling(&L, *opt_.target, opt_.num_threads, st.partial, sets);
