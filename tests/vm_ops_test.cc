@@ -1063,6 +1063,33 @@ TEST(VmTransposedLoad, UnaryIntoOutputOrder) {
           {.tol = Tol::kTrans, .what = "S=" + std::to_string(s)});
 }
 
+// Rotary embedding: math on a concat of slices is split at the concat's boundary into one
+// sink per part (the concat read in place), over [S, H, D] tiles too small to dispatch one
+// by one (the S axis then loops inside a block).
+TEST(VmConcatSplit, RotaryMatchesReference) {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    KernelBuilder kb("rotary");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", t, {S, 3, 10});
+    Value c = kb.load("cos", t, {S, 1, 10});
+    Value sn = kb.load("sin", t, {S, 1, 10});
+    Value rot =
+        kb.concat({kb.unary(UnaryOp::kNeg, kb.slice(x, 2, 5, 10)), kb.slice(x, 2, 0, 5)}, 2);
+    kb.store("y", kb.add(kb.mul(x, c), kb.mul(rot, sn)));
+    kb.store("z", kb.sub(rot, x));
+    BUILD(kb, k);
+    std::mt19937 rng(53);
+    for (int64_t s : {0, 1, 7, 300, 5000})
+      check(k,
+            {make_buffer(t, {s, 3, 10}, rng, true, 1), make_buffer(t, {s, 1, 10}, rng, false, 1),
+             make_buffer(t, {s, 1, 10}, rng, true, 1)},
+            {.tol = Tol::kReduce,
+             .n = 2,
+             .outs = {Out::kStrided, Out::kContig},
+             .what = "S=" + std::to_string(s)});
+  }
+}
+
 TEST(VmLarge, BinaryBroadcastF16StridedOut) {
   KernelBuilder kb("large_add");
   Dim S = kb.symbol("S"), H = kb.symbol("H");

@@ -530,6 +530,50 @@ void Emitter::fit_tile_to_cache() {
   }
 }
 
+// A tile much smaller than kTileElems (the rows of a [B, H, S, D] operand whose outer axes do
+// not fold, say 8 x 32 elements) pays a block's dispatch for little work. Then the innermost
+// outer grid axis is walked by a loop inside the block instead, its trips shared out between
+// blocks by a new parts axis (split_by), enough parts left for every thread.
+void Emitter::loop_outer_axis() {
+  if (L_.loop_mode || st_.has_matmul || L_.bc_axes.size() >= static_cast<size_t>(bc::kMaxAxes))
+    return;
+  const bc::Axis& col = L_.bc_axes[L_.col];
+  const int64_t tile = (L_.row >= 0 ? L_.bc_axes[L_.row].chunk : 1) * col.chunk;
+  if (tile <= 0 || tile * 4 > kTileElems) return;
+  int outer = -1;
+  int64_t other_blocks = 1;
+  for (size_t a = 0; a < L_.bc_axes.size(); ++a) {
+    const bc::Axis& ax = L_.bc_axes[a];
+    if (ax.iter != bc::AxisIter::kGrid) continue;
+    if (ax.tile == bc::AxisTile::kNone && !L_.axes[a].grid_only && ax.trips() > 1) {
+      if (outer >= 0) other_blocks *= L_.bc_axes[outer].trips();
+      outer = static_cast<int>(a);
+    } else {
+      other_blocks *= ax.trips();
+    }
+  }
+  if (outer < 0 || other_blocks <= 0) return;  // other_blocks 0: an empty launch
+  const int64_t trips = L_.bc_axes[outer].trips();
+  const int64_t per_block = std::max<int64_t>(1, kTileElems / tile);
+  int64_t parts = (trips + per_block - 1) / per_block;
+  const int64_t want_blocks = 4 * static_cast<int64_t>(L_.threads);
+  if (parts * other_blocks < want_blocks)
+    parts = std::min(trips, (want_blocks + other_blocks - 1) / other_blocks);
+  if (parts >= trips) return;
+  bc::Axis split;
+  split.extent = parts;
+  split.chunk = 1;
+  split.tile = bc::AxisTile::kNone;
+  split.iter = bc::AxisIter::kGrid;
+  L_.bc_axes[outer].iter = bc::AxisIter::kLoop;
+  L_.bc_axes[outer].split_by = static_cast<int8_t>(L_.bc_axes.size());
+  L_.bc_axes.push_back(split);
+  code_.insert(code_.begin(),
+               bc::Instr{bc::Opcode::kLoop, CType::kF32, TileClass::kScalar, 0,
+                         static_cast<uint16_t>(outer), Operand{}, Operand{}, Operand{}, Operand{}});
+  push(bc::Opcode::kEndLoop, CType::kF32, TileClass::kScalar, 0, Operand{});
+}
+
 Status Emitter::allocate_registers() {
   int n = num_vregs_;
   std::vector<int> first(n, INT32_MAX), last(n, -1);
@@ -618,6 +662,7 @@ Status Emitter::emit() {
   pre_op_peephole();
   direct_store_peephole();
   chain_peephole();
+  loop_outer_axis();
   DVM_RETURN_IF_ERROR(allocate_registers());
   if (!st_.has_matmul) fit_tile_to_cache();
   prog_.axes = L_.bc_axes;

@@ -61,6 +61,7 @@ class Emitter {
   void dot_peephole();
   void chain_peephole();
   void fit_tile_to_cache();
+  void loop_outer_axis();
   Status allocate_registers();
 
   const ir::KernelDef& def_;

@@ -21,6 +21,10 @@ class Encoder {
  private:
   // stage construction
   Status add_sink(int node, const View& dst, bool joinable);
+  Status add_sink_at(int node, const View& dst, bool joinable, int axis, int64_t at);
+  bool find_concat_split(int node, int off, int depth, int* axis,
+                         std::vector<int64_t>* parts) const;
+  bool reads_reduction(int node) const;
   Status visit(int stage, int node, const NodeMap& map, int* inst);
   Status visit_reduce(int stage, int node, const NodeMap& map, int* inst);
   bool should_split(int stage, int node) const;

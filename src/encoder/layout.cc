@@ -158,6 +158,7 @@ void choose_matmul_tiling(Layout* L, const bc::Target& target, int threads) {
 
 void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial,
                    const std::vector<StrideSet>& sets) {
+  L->threads = std::max(1, threads);
   for (const FinalAxis& f : L->axes) {
     if (f.mm_role != 0) {
       choose_matmul_tiling(L, target, threads);

@@ -26,6 +26,7 @@ struct Layout {
   int final_of[kMaxDomAxes];    // original axis -> final axis (-1: dropped, extent 1)
   int row = -1, col = -1;
   bool loop_mode = false;
+  int threads = 1;  // the thread count the grid is sized for
   std::vector<bc::Axis> bc_axes;
 };
 

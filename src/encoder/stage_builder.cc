@@ -118,7 +118,92 @@ Status Encoder::add_sink(int node, const View& dst, bool joinable) {
     }
     return Status::ok();
   }
+  // An elementwise expression of a concat: each part's slice of the output is its own
+  // sink, on which the concat reads one part in place (no workspace copy of the concat).
+  int axis = -1;
+  std::vector<int64_t> parts;
+  if (find_concat_split(node, 0, 0, &axis, &parts) && !reads_reduction(node)) {
+    int64_t at = 0;
+    for (int64_t len : parts) {
+      View v = dst;
+      v.shape.d[axis] = len;
+      v.offset += at * dst.stride[axis];
+      DVM_RETURN_IF_ERROR(add_sink_at(node, v, joinable, axis, at));
+      at += len;
+    }
+    return Status::ok();
+  }
+  return add_sink_at(node, dst, joinable, -1, 0);
+}
+
+// Does the value of `node` involve a reduction or a matmul (whose tiles a split sink would
+// cut or compute twice)?
+bool Encoder::reads_reduction(int node) const {
+  std::vector<char> seen(def_.nodes.size(), 0);
+  std::vector<int> todo = {node};
+  while (!todo.empty()) {
+    const int x = todo.back();
+    todo.pop_back();
+    if (seen[x]) continue;
+    seen[x] = 1;
+    const Node& n = def_.nodes[x];
+    if (n.kind == OpKind::kReduce || n.kind == OpKind::kMatMul) return true;
+    for (int in : n.inputs) todo.push_back(in);
+  }
+  return false;
+}
+
+// The most parts a concat may be split into at a sink (each part becomes a sink).
+constexpr size_t kMaxConcatSplit = 8;
+
+// Looks through elementwise ops and broadcasts from `node` (whose axis i is the sink's axis
+// i + off) for a concat along an axis the sink has at full length; its parts' lengths.
+bool Encoder::find_concat_split(int node, int off, int depth, int* axis,
+                                std::vector<int64_t>* parts) const {
+  if (depth > 32) return false;
+  const Node& n = def_.nodes[node];
   const CShape& s = shape_of(b_, node);
+  switch (n.kind) {
+    case OpKind::kConcat: {
+      const int a = static_cast<int>(n.attr[0]);
+      if (n.inputs.size() < 2 || n.inputs.size() > kMaxConcatSplit || s.d[a] <= 1) return false;
+      for (int part : n.inputs) {
+        const int64_t len = shape_of(b_, part).d[a];
+        if (len == 0) return false;
+        parts->push_back(len);
+      }
+      *axis = a + off;
+      return true;
+    }
+    case OpKind::kUnary:
+    case OpKind::kCast:
+    case OpKind::kBinary:
+    case OpKind::kSelect:
+    case OpKind::kBroadcast:
+      if (n.kind != OpKind::kBroadcast && cut_[node]) return false;  // computed elsewhere
+      for (int in : n.inputs) {
+        const int in_off = off + s.rank - shape_of(b_, in).rank;
+        if (find_concat_split(in, in_off, depth + 1, axis, parts)) {
+          // A broadcast along the concat's axis would make it read one part everywhere.
+          if (n.kind == OpKind::kBroadcast) {
+            const int a = *axis - in_off;
+            if (shape_of(b_, in).d[a] != s.d[*axis - off]) return false;
+          }
+          return true;
+        }
+        parts->clear();
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
+// A sink over `dst`; axis >= 0: dst is the slice [at, at + its extent) of the node's value
+// along that axis.
+Status Encoder::add_sink_at(int node, const View& dst, bool joinable, int axis, int64_t at) {
+  CShape s = shape_of(b_, node);
+  if (axis >= 0) s.d[axis] = dst.shape.d[axis];
   int stage = -1;
   if (joinable) {
     for (size_t i = 0; i < stages_.size(); ++i)
@@ -132,6 +217,7 @@ Status Encoder::add_sink(int node, const View& dst, bool joinable) {
     for (int i = 0; i < s.rank; ++i) new_axis(stage, s.d[i]);
   }
   NodeMap m = identity_map(s);
+  if (axis >= 0) m.e[axis].start = at;
   int inst;
   DVM_RETURN_IF_ERROR(visit(stage, node, m, &inst));
   Sink sink;
@@ -648,6 +734,26 @@ Status Encoder::visit(int stage, int node, const NodeMap& map, int* inst) {
     case OpKind::kReshape:
       return visit_reshape(stage, node, map, inst);
     case OpKind::kConcat: {
+      // Indices the map reads along the concat axis: inside one part, that part is read in
+      // place (a sink split at the concat's boundaries, or a slice of one part).
+      const int axis = static_cast<int>(n.attr[0]);
+      const MapEntry& e = map.e[axis];
+      int64_t lo = e.start, hi = e.start;
+      if (e.axis >= 0 && e.step != 0) {
+        const int64_t last = e.start + e.step * (stages_[stage].axes[e.axis].extent - 1);
+        lo = std::min(e.start, last);
+        hi = std::max(e.start, last);
+      }
+      int64_t at = 0;
+      for (int part : n.inputs) {
+        const int64_t len = shape_of(b_, part).d[axis];
+        if (lo >= at && hi < at + len) {
+          NodeMap m = map;
+          m.e[axis].start -= at;
+          return visit(stage, part, m, inst);
+        }
+        at += len;
+      }
       View ws;
       DVM_RETURN_IF_ERROR(materialize(node, &ws));
       return load_inst(stage, node, ws, map, inst);
