@@ -133,24 +133,7 @@ void expect_rejected(const Program& p, const std::string& needle) {
 }
 
 vm::LoadedProgram load(const Program& p) {
-  vm::LoadedProgram lp;
-  lp.program = p;
-  std::vector<int32_t> open;
-  lp.loop_end.assign(p.num_instrs(), -1);
-  for (size_t i = 0; i < p.num_instrs(); ++i) {
-    lp.instrs.push_back(p.instr(i));
-    if (lp.instrs.back().op == Opcode::kLoop) open.push_back(static_cast<int32_t>(i));
-    if (lp.instrs.back().op == Opcode::kEndLoop) {
-      lp.loop_end[open.back()] = static_cast<int32_t>(i);
-      lp.loop_end[i] = open.back();
-      open.pop_back();
-    }
-  }
-  for (size_t a = 0; a < p.axes.size(); ++a) {
-    if (p.axes[a].tile == AxisTile::kRow) lp.row_axis = static_cast<int>(a);
-    if (p.axes[a].tile == AxisTile::kCol) lp.col_axis = static_cast<int>(a);
-  }
-  return lp;
+  return *vm::load(p);  // the interpreter's own decoding (loop pairs, chain plans)
 }
 
 // Runs `p` over f32 buffers (one per slot); the caller verified it.

@@ -386,52 +386,24 @@ void BlockRunner::exec_chain(int32_t pc) {
   const Instr& head = lp_.instrs[pc];
   const int k = head.aux;
   const Instr* body = &lp_.instrs[pc + 1];
-  alignas(64) float scratch[bc::kMaxChainBody - 1][kChainStrip];
-  // Chain-local values get scratch strips in program order; a strip is reused once its value
-  // is dead (in place included: the row kernels are elementwise).
-  int slot_reg[bc::kMaxChainBody - 1];  // register held by each slot, -1 free
-  int slots = 0;
-  auto slot_of = [&](int reg) {
-    for (int s = 0; s < slots; ++s)
-      if (slot_reg[s] == reg) return s;
-    return -1;
-  };
-  auto bind = [&](const Operand& o) {
-    int s = o.kind == OperandKind::kReg ? slot_of(o.index) : -1;
-    if (s >= 0) return ChainOperand{nullptr, 0, 1, s};
-    Ref r = resolve(o, CType::kF32);
-    return ChainOperand{r.p, r.rs, r.cs, -1};
-  };
+  // Thread-local strips: a 28 KiB stack frame would be probed page by page on every call.
+  alignas(64) static thread_local float scratch[bc::kMaxChainBody - 1][kChainStrip];
   ChainOperand ops[bc::kMaxChainBody][4];
-  for (auto& row : ops) std::fill(std::begin(row), std::end(row), ChainOperand{nullptr, 0, 0, -1});
   for (int i = 0; i < k; ++i) {
     const Instr& in = body[i];
-    bool fma = in.op == bc::Opcode::kFma;
-    bool two = fma || in.flags != 0 || bc::is_binary(in.op);
-    ops[i][1] = bind(in.a);
-    if (two) ops[i][2] = bind(in.b);
-    if (fma) ops[i][3] = bind(in.c);
-    // Free the slots whose values are not read again (before being redefined).
-    for (int s = 0; s < slots; ++s) {
-      int reg = slot_reg[s];
-      if (reg < 0) continue;
-      bool live = false;
-      for (int j = i + 1; j < k && !live; ++j) {
-        live = reads_reg(body[j], reg);
-        if (body[j].d.kind == OperandKind::kReg && body[j].d.index == reg) break;
+    const std::array<int8_t, 4>& slot = lp_.chain_slot[pc + 1 + i];
+    const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
+    const bool fma = in.op == bc::Opcode::kFma;
+    const int used = fma ? 4 : (in.flags != 0 || bc::is_binary(in.op)) ? 3 : 2;
+    for (int f = used; f < 4; ++f) ops[i][f] = ChainOperand{nullptr, 0, 0, -1};
+    for (int f = 0; f < used; ++f) {
+      if (slot[f] >= 0) {
+        ops[i][f] = ChainOperand{nullptr, 0, 1, slot[f]};
+      } else {
+        const Ref r = resolve(*field[f], CType::kF32);
+        ops[i][f] = ChainOperand{r.p, r.rs, r.cs, -1};
       }
-      if (!live) slot_reg[s] = -1;
     }
-    if (i + 1 == k) {
-      ops[i][0] = bind(in.d);
-      break;
-    }
-    for (int t = 0; t < slots; ++t)  // a redefinition: later reads see the new value only
-      if (slot_reg[t] == in.d.index) slot_reg[t] = -1;
-    int s = slot_of(-1);
-    if (s < 0) s = slots++;
-    slot_reg[s] = in.d.index;
-    ops[i][0] = ChainOperand{nullptr, 0, 1, s};
   }
   // Short rows run in blocks of several rows per strip (one kernel call per block, scratch
   // rows back to back); rows longer than a strip run strip by strip.
@@ -746,6 +718,52 @@ void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
   });
 }
 
+// The scratch strips of a chain's registers (see LoadedProgram::chain_slot): chain-local
+// values get strips in program order; a strip is reused once its value is dead (in place
+// included: the row kernels are elementwise). The last instruction writes its destination
+// in place.
+void plan_chain(LoadedProgram* lp, size_t pc) {
+  const int k = lp->instrs[pc].aux;
+  const Instr* body = &lp->instrs[pc + 1];
+  int slot_reg[bc::kMaxChainBody - 1];  // register held by each strip, -1 free
+  int slots = 0;
+  auto slot_of = [&](int reg) {
+    for (int s = 0; s < slots; ++s)
+      if (slot_reg[s] == reg) return s;
+    return -1;
+  };
+  for (int i = 0; i < k; ++i) {
+    const Instr& in = body[i];
+    std::array<int8_t, 4>& plan = lp->chain_slot[pc + 1 + i];
+    plan.fill(-1);
+    const Operand* src[3] = {&in.a, &in.b, &in.c};
+    for (int f = 0; f < 3; ++f)
+      if (src[f]->kind == OperandKind::kReg)
+        plan[f + 1] = static_cast<int8_t>(slot_of(src[f]->index));
+    // Free the strips whose values are not read again (before being redefined).
+    for (int s = 0; s < slots; ++s) {
+      const int reg = slot_reg[s];
+      if (reg < 0) continue;
+      bool live = false;
+      for (int j = i + 1; j < k && !live; ++j) {
+        live = reads_reg(body[j], reg);
+        if (body[j].d.kind == OperandKind::kReg && body[j].d.index == reg) break;
+      }
+      if (!live) slot_reg[s] = -1;
+    }
+    if (i + 1 == k) {
+      if (in.d.kind == OperandKind::kReg) plan[0] = static_cast<int8_t>(slot_of(in.d.index));
+      break;
+    }
+    for (int t = 0; t < slots; ++t)  // a redefinition: later reads see the new value only
+      if (slot_reg[t] == in.d.index) slot_reg[t] = -1;
+    int s = slot_of(-1);
+    if (s < 0) s = slots++;
+    slot_reg[s] = in.d.index;
+    plan[0] = static_cast<int8_t>(s);
+  }
+}
+
 std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   auto lp = std::make_shared<LoadedProgram>();
   lp->program = std::move(p);
@@ -765,6 +783,9 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
       open.pop_back();
     }
   }
+  lp->chain_slot.assign(prog.num_instrs(), std::array<int8_t, 4>{-1, -1, -1, -1});
+  for (size_t i = 0; i < prog.num_instrs(); ++i)
+    if (lp->instrs[i].op == bc::Opcode::kChain) plan_chain(lp.get(), i);
   for (size_t a = 0; a < prog.axes.size(); ++a) {
     if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
     if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);

@@ -1,6 +1,7 @@
 // The CPU VM: executes verified bytecode programs, block by block.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -20,6 +21,10 @@ struct LoadedProgram {
   // Work per register element, relative to an elementwise op: the contraction length of the
   // program's matmuls (a small matmul output can still be a lot of work for the threads).
   int64_t work_per_elem = 1;
+  // Per instruction of a chain body: for its d, a, b, c fields the scratch strip holding a
+  // chain-local register (-1: the operand is read or written in place). Decided once here,
+  // not per block (small tiles run many chains).
+  std::vector<std::array<int8_t, 4>> chain_slot;
 };
 
 // Decodes a verified program for the interpreter (loop pairs, tile axes, work estimate).
