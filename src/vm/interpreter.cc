@@ -507,6 +507,12 @@ void reduce_typed(ReduceOp op, bool red_rows, bool red_cols, const Ref& acc, con
                   int64_t rows, int64_t cols) {
   constexpr int es = sizeof(T);
   if constexpr (std::is_same_v<T, float>) {
+    if (red_rows && !red_cols) {  // rows into one accumulator row, in order
+      cpu::accumulate_f32_rows(op, cpu::Rows{rows, 0, src.rs}, reinterpret_cast<float*>(acc.p),
+                               reinterpret_cast<const float*>(src.p), static_cast<int>(src.cs),
+                               cols);
+      return;
+    }
     if (red_cols) {  // one call for the whole tile
       cpu::reduce_row_f32_rows(
           op, cpu::Rows{rows, red_rows ? 0 : acc.rs, src.rs}, reinterpret_cast<float*>(acc.p),

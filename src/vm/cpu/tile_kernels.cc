@@ -767,9 +767,43 @@ void DotRowF32(const Rows& rs, float* acc, const float* a, int ainc, const float
     DotRowOne(d, acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
 }
 
-void AccumulateF32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
+// acc[i] = combine(acc[i], a[r][i]) for rows r in order, a contiguous along the row (row
+// stride rs.a). The accumulator stays in registers across the rows (four vectors at a time):
+// one load and store of it per block instead of per row; the same order, so the same bits.
+template <class F>
+HWY_INLINE void AccumulateRows(DF d, const Rows& rs, float* acc, const float* a, int64_t n, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    VF v0 = hn::LoadU(d, acc + i), v1 = hn::LoadU(d, acc + i + N);
+    VF v2 = hn::LoadU(d, acc + i + 2 * N), v3 = hn::LoadU(d, acc + i + 3 * N);
+    for (int64_t r = 0; r < rs.rows; ++r) {
+      const float* ar = a + r * rs.a + i;
+      v0 = f(v0, hn::LoadU(d, ar));
+      v1 = f(v1, hn::LoadU(d, ar + N));
+      v2 = f(v2, hn::LoadU(d, ar + 2 * N));
+      v3 = f(v3, hn::LoadU(d, ar + 3 * N));
+    }
+    hn::StoreU(v0, d, acc + i);
+    hn::StoreU(v1, d, acc + i + N);
+    hn::StoreU(v2, d, acc + i + 2 * N);
+    hn::StoreU(v3, d, acc + i + 3 * N);
+  }
+  for (; i < n; i += N) {
+    const int64_t m = std::min(N, n - i);
+    VF v = LoadTail(d, acc + i, m);
+    for (int64_t r = 0; r < rs.rows; ++r) v = f(v, LoadTail(d, a + r * rs.a + i, m));
+    StoreTail(v, d, acc + i, m);
+  }
+}
+
+void AccumulateF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n) {
   const DF d;
-  const auto run = [&](auto f) { Map2Rows(d, d, Rows{}, acc, acc, 1, a, ainc, n, f); };
+  const auto run = [&](auto f) {
+    if (ainc == 1) return AccumulateRows(d, rs, acc, a, n, f);
+    for (int64_t r = 0; r < rs.rows; ++r)  // a broadcast row: rare
+      Map2Rows(d, d, Rows{}, acc, acc, 1, a + r * rs.a, ainc, n, f);
+  };
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kMean:
@@ -1257,7 +1291,11 @@ void reduce_row_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64
   reduce_row_int<int64_t>(op, acc, a, ainc, n);
 }
 void accumulate_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AccumulateF32)(op, acc, a, ainc, n);
+  HWY_DYNAMIC_DISPATCH(AccumulateF32)(op, Rows{}, acc, a, ainc, n);
+}
+void accumulate_f32_rows(ReduceOp op, const Rows& rows, float* acc, const float* a, int ainc,
+                         int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AccumulateF32)(op, rows, acc, a, ainc, n);
 }
 void accumulate_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n) {
   accumulate_int<int32_t>(op, acc, a, ainc, n);

@@ -107,6 +107,9 @@ void dot_row_f32_rows(const Rows& rows, float* acc, const float* a, int ainc, co
                       int binc, int64_t n);
 // acc[i] = combine(acc[i], a[i])
 void accumulate_f32(ReduceOp op, float* acc, const float* a, int ainc, int64_t n);
+// The same for rows.rows rows of `a` (row stride rows.a) in order into one accumulator row.
+void accumulate_f32_rows(ReduceOp op, const Rows& rows, float* acc, const float* a, int ainc,
+                         int64_t n);
 void accumulate_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n);
 void accumulate_i64(ReduceOp op, int64_t* acc, const int64_t* a, int ainc, int64_t n);
 // Fill dst[0..n) with the identity of `op` (Sum 0, Prod 1, Max -inf / INT_MIN, Min +inf /
