@@ -73,7 +73,8 @@ class BlockRunner {
   const float* packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
                         int64_t ak);
   void exec_reduce_dot(const Instr& in);
-  void exec_chain(int32_t pc);
+  void exec_chain(int32_t pc, int axis = -1, int64_t trips = 1);
+  void exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
   int64_t cols_of(TileClass c) const { return bc::class_has_cols(c) ? active_cols_ : 1; }
 
@@ -371,6 +372,7 @@ constexpr int64_t kChainStrip = 1024;
 struct ChainOperand {
   char* p;
   int64_t rs, cs;
+  int64_t os;   // stride between trips of the loop the chain runs over (elements)
   int scratch;  // >= 0: a chain-local register, held in this scratch strip
 };
 
@@ -382,60 +384,101 @@ bool reads_reg(const Instr& in, int reg) {
   return is(in.a) || (two && is(in.b)) || (fma && is(in.c));
 }
 
-void BlockRunner::exec_chain(int32_t pc) {
+// Runs the chain at `pc` for `trips` consecutive trips of loop axis `axis` (trips 1, axis -1:
+// once at the current position). Several trips form a 3-D block (cpu::Rows::outer) when a
+// trip's rows fit a strip: one kernel call covers several trips of a small tile.
+void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
   const Instr& head = lp_.instrs[pc];
   const int k = head.aux;
   const Instr* body = &lp_.instrs[pc + 1];
   // Thread-local strips: a 28 KiB stack frame would be probed page by page on every call.
   alignas(64) static thread_local float scratch[bc::kMaxChainBody - 1][kChainStrip];
   ChainOperand ops[bc::kMaxChainBody][4];
+  const int64_t loop_step = axis >= 0 ? p_.axes[axis].chunk : 0;
   for (int i = 0; i < k; ++i) {
     const Instr& in = body[i];
     const std::array<int8_t, 4>& slot = lp_.chain_slot[pc + 1 + i];
     const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
     const bool fma = in.op == bc::Opcode::kFma;
     const int used = fma ? 4 : (in.flags != 0 || bc::is_binary(in.op)) ? 3 : 2;
-    for (int f = used; f < 4; ++f) ops[i][f] = ChainOperand{nullptr, 0, 0, -1};
+    for (int f = used; f < 4; ++f) ops[i][f] = ChainOperand{nullptr, 0, 0, 0, -1};
     for (int f = 0; f < used; ++f) {
       if (slot[f] >= 0) {
-        ops[i][f] = ChainOperand{nullptr, 0, 1, slot[f]};
+        ops[i][f] = ChainOperand{nullptr, 0, 1, 0, slot[f]};
       } else {
         const Ref r = resolve(*field[f], CType::kF32);
-        ops[i][f] = ChainOperand{r.p, r.rs, r.cs, -1};
+        const int64_t os = axis >= 0 && field[f]->kind == OperandKind::kDesc
+                               ? p_.descs[field[f]->index].stride[axis] * loop_step
+                               : 0;
+        ops[i][f] = ChainOperand{r.p, r.rs, r.cs, os, -1};
       }
     }
   }
-  // Short rows run in blocks of several rows per strip (one kernel call per block, scratch
-  // rows back to back); rows longer than a strip run strip by strip.
   const int64_t rows = rows_of(head.cls), cols = cols_of(head.cls);
+  // Short rows run in blocks of several rows per strip (one kernel call per block, scratch
+  // rows back to back); rows longer than a strip run strip by strip. Whole trips join a
+  // block while they fit.
   const int64_t block_rows = cols > 0 && cols < kChainStrip ? kChainStrip / cols : 1;
-  for (int64_t r = 0; r < rows; r += block_rows) {
-    const int64_t nb = std::min(block_rows, rows - r);
-    for (int64_t c0 = 0; c0 < cols; c0 += kChainStrip) {
-      const int64_t n = std::min(kChainStrip, cols - c0);
-      auto at = [&](const ChainOperand& o) {
-        return o.scratch >= 0 ? scratch[o.scratch]
-                              : reinterpret_cast<float*>(o.p + (r * o.rs + c0 * o.cs) * 4);
-      };
-      auto inc = [](const ChainOperand& o) { return o.scratch >= 0 ? 1 : static_cast<int>(o.cs); };
-      auto rs = [n](const ChainOperand& o) { return o.scratch >= 0 ? n : o.rs; };
-      for (int i = 0; i < k; ++i) {
-        const Instr& in = body[i];
-        const ChainOperand* o = ops[i];
-        const cpu::Rows blk{nb, rs(o[0]), rs(o[1]), rs(o[2]), rs(o[3])};
-        if (in.op == bc::Opcode::kFma) {
-          cpu::fma_f32_rows(blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]),
-                            inc(o[3]), n);
-        } else if (bc::is_binary(in.op)) {
-          cpu::binary_f32_rows(bc::binary_of(in.op), blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]),
-                               inc(o[2]), n);
-        } else if (in.flags != 0) {
-          cpu::unary_pre_f32_rows(bc::unary_of(in.op), in.flags, blk, at(o[0]), at(o[1]), inc(o[1]),
-                                  at(o[2]), inc(o[2]), n);
-        } else {
-          cpu::unary_f32_rows(bc::unary_of(in.op), blk, at(o[0]), at(o[1]), inc(o[1]), n);
+  const int64_t trips_per_call = trips > 1 && rows <= block_rows ? block_rows / rows : 1;
+  for (int64_t t = 0; t < trips; t += trips_per_call) {
+    const int64_t nt = std::min(trips_per_call, trips - t);
+    for (int64_t r = 0; r < rows; r += block_rows) {
+      const int64_t nb = std::min(block_rows, rows - r);
+      for (int64_t c0 = 0; c0 < cols; c0 += kChainStrip) {
+        const int64_t n = std::min(kChainStrip, cols - c0);
+        auto at = [&](const ChainOperand& o) {
+          return o.scratch >= 0
+                     ? scratch[o.scratch]
+                     : reinterpret_cast<float*>(o.p + (t * o.os + r * o.rs + c0 * o.cs) * 4);
+        };
+        auto inc = [](const ChainOperand& o) {
+          return o.scratch >= 0 ? 1 : static_cast<int>(o.cs);
+        };
+        auto rs = [n](const ChainOperand& o) { return o.scratch >= 0 ? n : o.rs; };
+        auto os = [n, nb](const ChainOperand& o) { return o.scratch >= 0 ? nb * n : o.os; };
+        for (int i = 0; i < k; ++i) {
+          const Instr& in = body[i];
+          const ChainOperand* o = ops[i];
+          cpu::Rows blk{nb, rs(o[0]), rs(o[1]), rs(o[2]), rs(o[3])};
+          blk.outer = nt;
+          blk.od = os(o[0]);
+          blk.oa = os(o[1]);
+          blk.ob = os(o[2]);
+          blk.oc = os(o[3]);
+          if (in.op == bc::Opcode::kFma) {
+            cpu::fma_f32_rows(blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]),
+                              inc(o[3]), n);
+          } else if (bc::is_binary(in.op)) {
+            cpu::binary_f32_rows(bc::binary_of(in.op), blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]),
+                                 inc(o[2]), n);
+          } else if (in.flags != 0) {
+            cpu::unary_pre_f32_rows(bc::unary_of(in.op), in.flags, blk, at(o[0]), at(o[1]),
+                                    inc(o[1]), at(o[2]), inc(o[2]), n);
+          } else {
+            cpu::unary_f32_rows(bc::unary_of(in.op), blk, at(o[0]), at(o[1]), inc(o[1]), n);
+          }
         }
       }
+    }
+  }
+}
+
+// A loop whose body is only chains over memory and chain-local values (LoadedProgram::
+// loop_of_chains): each chain runs over all of this block's trips at once. Chains read what
+// earlier chains of the same trip wrote only through memory, written already; trips write
+// disjoint memory.
+// The chains take turns by batches of trips that fill one strip, so that what one chain
+// reads the next finds in L1.
+void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
+  const int axis = lp_.instrs[pc].aux;
+  const int32_t stop = lp_.loop_end[pc];
+  const Instr& first = lp_.instrs[pc + 1];
+  const int64_t tile = rows_of(first.cls) * cols_of(first.cls);
+  const int64_t batch = tile > 0 ? std::max<int64_t>(1, kChainStrip / tile) : 1;
+  for (int64_t t = begin; t < end; t += batch) {
+    for (int32_t c = pc + 1; c < stop; c += lp_.instrs[c].aux + 1) {
+      set_axis(axis, t);
+      exec_chain(c, axis, std::min(batch, end - t));
     }
   }
 }
@@ -632,6 +675,11 @@ void BlockRunner::run(int64_t block) {
           pc = lp_.loop_end[pc];
           break;
         }
+        if (lp_.loop_of_chains[pc]) {
+          exec_loop_of_chains(pc, begin, end);
+          pc = lp_.loop_end[pc];
+          break;
+        }
         stack[depth++] = Frame{pc, in.aux, begin, end};
         set_axis(in.aux, begin);
         break;
@@ -770,6 +818,25 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
   }
 }
 
+// Is the body of the loop at `pc` only chains whose register operands are all chain-local
+// (so that no tile register carries a value between trips or chains)?
+bool only_chains(const LoadedProgram& lp, size_t pc) {
+  const size_t stop = static_cast<size_t>(lp.loop_end[pc]);
+  if (stop <= pc + 1) return false;
+  for (size_t c = pc + 1; c < stop; c += lp.instrs[c].aux + 1) {
+    if (lp.instrs[c].op != bc::Opcode::kChain) return false;
+    for (size_t i = c + 1; i <= c + lp.instrs[c].aux && i < stop; ++i) {
+      const Instr& in = lp.instrs[i];
+      const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
+      const bool fma = in.op == bc::Opcode::kFma;
+      const int used = fma ? 4 : (in.flags != 0 || bc::is_binary(in.op)) ? 3 : 2;
+      for (int f = 0; f < used; ++f)
+        if (field[f]->kind == OperandKind::kReg && lp.chain_slot[i][f] < 0) return false;
+    }
+  }
+  return true;
+}
+
 std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   auto lp = std::make_shared<LoadedProgram>();
   lp->program = std::move(p);
@@ -792,6 +859,9 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   lp->chain_slot.assign(prog.num_instrs(), std::array<int8_t, 4>{-1, -1, -1, -1});
   for (size_t i = 0; i < prog.num_instrs(); ++i)
     if (lp->instrs[i].op == bc::Opcode::kChain) plan_chain(lp.get(), i);
+  lp->loop_of_chains.assign(prog.num_instrs(), 0);
+  for (size_t i = 0; i < prog.num_instrs(); ++i)
+    if (lp->instrs[i].op == bc::Opcode::kLoop) lp->loop_of_chains[i] = only_chains(*lp, i);
   for (size_t a = 0; a < prog.axes.size(); ++a) {
     if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
     if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);

@@ -25,6 +25,9 @@ struct LoadedProgram {
   // chain-local register (-1: the operand is read or written in place). Decided once here,
   // not per block (small tiles run many chains).
   std::vector<std::array<int8_t, 4>> chain_slot;
+  // Per Loop: 1 if its body is only chains over memory and chain-local values; such a loop
+  // runs each chain over all of a block's trips at once (3-D blocks, one call per strip).
+  std::vector<char> loop_of_chains;
 };
 
 // Decodes a verified program for the interpreter (loop pairs, tile axes, work estimate).

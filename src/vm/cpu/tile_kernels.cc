@@ -427,9 +427,23 @@ HWY_INLINE VF SignF(DF d, VF x) {
   return KeepNaN(x, r);
 }
 
+// A 3-D block (rs.outer > 1) as `outer` 2-D calls of `kernel`, each operand moved by its outer
+// stride; returns false for a 2-D block.
+template <class K>
+HWY_INLINE bool SplitOuter(const Rows& rs, K kernel) {
+  if (rs.outer <= 1) return false;
+  Rows one{rs.rows, rs.d, rs.a, rs.b, rs.c};
+  for (int64_t k = 0; k < rs.outer; ++k) kernel(one, k * rs.od, k * rs.oa, k * rs.ob, k * rs.oc);
+  return true;
+}
+
 // Floor/Ceil/Round/Trunc keep the sign of x (-0 stays -0 also where an emulated target
 // loses it).
 void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t, int64_t) {
+        UnaryF32(op, one, dst + od, a + oa, ainc, n);
+      }))
+    return;
   const DF d;
   const auto run = [&](auto f) { Map1Rows(d, d, rs, dst, a, ainc, n, f); };
   switch (op) {
@@ -516,6 +530,10 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
 
 void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
                int binc, int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
+        BinaryF32(op, one, dst + od, a + oa, ainc, b + ob, binc, n);
+      }))
+    return;
   const DF d;
   const auto run = [&](auto f) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, f); };
   switch (op) {
@@ -548,6 +566,10 @@ void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc
 // register instead of making its own pass over the tile; the same bits as the two ops apart.
 void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
                  const float* b, int binc, int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
+        UnaryPreF32(op, pre, one, dst + od, a + oa, ainc, b + ob, binc, n);
+      }))
+    return;
   const DF d;
   const auto map = [&](auto g) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, g); };
   const auto run = [&](auto f) {
@@ -626,6 +648,10 @@ void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, i
 
 void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
             const float* c, int cinc, int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t oc) {
+        FmaF32(one, dst + od, a + oa, ainc, b + ob, binc, c + oc, cinc, n);
+      }))
+    return;
 #if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
   // No fused multiply-add instruction: keep the single rounding of the spec.
   for (int64_t r = 0; r < rs.rows; ++r) {

@@ -28,6 +28,10 @@ namespace dvm::vm::cpu {
 struct Rows {
   int64_t rows = 1;
   int64_t d = 0, a = 0, b = 0, c = 0;  // row strides (elements) of dst and the sources
+  // Elementwise kernels (unary, binary, fma): `outer` such blocks, block k of each operand at
+  // k * (its outer stride) from its pointer (a 3-D tile: several trips of an outer loop).
+  int64_t outer = 1;
+  int64_t od = 0, oa = 0, ob = 0, oc = 0;
   // Can a source of increment `inc` and row stride `rs` be read as one run of rows * n
   // elements (rows back to back, a broadcast scalar, or a column vector when n == 1)? Its
   // increment in that run goes to *flat.
