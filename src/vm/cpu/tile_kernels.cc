@@ -269,6 +269,17 @@ HWY_INLINE VF KeepNaN(VF x, VF r) {
   return hn::IfThenElse(hn::IsNaN(x), x, r);
 }
 
+// relu(x) = x > 0 ? x : +0, NaN kept. On x86, max(0, x) returns its second operand when
+// either is NaN (and for -0 against 0), so max(0, x) + 0 is the spec in two instructions
+// (adding +0 turns -0 into +0 and changes nothing else).
+HWY_INLINE VF ReluF(DF d, VF x) {
+#if HWY_ARCH_X86
+  return hn::Add(hn::Max(hn::Zero(d), x), hn::Zero(d));
+#else
+  return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d)));
+#endif
+}
+
 HWY_INLINE VF ExpF(DF d, VF x) {
   VF r = hn::Exp(d, x);
   // Highway's Exp is valid up to +104; beyond that (and for +inf) the result is +inf.
@@ -470,9 +481,7 @@ void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, 
     case UnaryOp::kSigmoid:
       return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
     case UnaryOp::kRelu:
-      return run([d](VF x) DVM_INL {
-        return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d)));
-      });
+      return run([d](VF x) DVM_INL { return ReluF(d, x); });
     case UnaryOp::kGeluErf:
       return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
     case UnaryOp::kGeluTanh:
@@ -593,9 +602,7 @@ void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a
     case UnaryOp::kGeluTanh:
       return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
     case UnaryOp::kRelu:
-      return run([d](VF x) DVM_INL {
-        return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d)));
-      });
+      return run([d](VF x) DVM_INL { return ReluF(d, x); });
     default:
       BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, rs, dst, a, ainc, b, binc, n);
       UnaryF32(op, Rows{rs.rows, rs.d, rs.d, 0, 0}, dst, dst, 1, n);
