@@ -1063,6 +1063,34 @@ TEST(VmTransposedLoad, UnaryIntoOutputOrder) {
           {.tol = Tol::kTrans, .what = "S=" + std::to_string(s)});
 }
 
+// Chain pairs that run as one kernel call (a producer whose only reader is the next mul):
+// mul * mul, unary * x, unary(a +- b) * x, with the product's operands either way round,
+// contiguous, row-broadcast and column-broadcast, over tails and empty tiles.
+TEST(VmFusedPairs, MatchReference) {
+  KernelBuilder kb("pairs");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value a = kb.load("a", DType::kF32, {R, C});
+  Value b = kb.load("b", DType::kF32, {R, C});
+  Value bias = kb.load("bias", DType::kF32, {C});
+  Value s = kb.load("s", DType::kF32, {R, 1});
+  kb.store("silu_mul", kb.mul(kb.unary(UnaryOp::kSilu, a), b));
+  kb.store("scaled_relu", kb.mul(s, kb.unary(UnaryOp::kRelu, kb.add(a, bias))));
+  kb.store("norm_apply", kb.mul(kb.mul(a, s), bias));
+  kb.store("exp_sub", kb.mul(kb.unary(UnaryOp::kExp, kb.sub(a, bias)), s));
+  kb.store("gelu_bias", kb.mul(b, kb.unary(UnaryOp::kGeluTanh, kb.add(bias, a))));
+  BUILD(kb, k);
+  std::mt19937 rng(54);
+  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 5}, {1, 1}, {5, 7}, {33, 32}, {300, 100}, {64, 4096}}) {
+    check(k,
+          {make_buffer(DType::kF32, {r, c}, rng, true, 2), make_buffer(DType::kF32, {r, c}, rng),
+           make_buffer(DType::kF32, {c}, rng), make_buffer(DType::kF32, {r, 1}, rng)},
+          {.tol = Tol::kTrans,
+           .outs = {Out::kContig, Out::kStrided, Out::kContig, Out::kStrided, Out::kContig},
+           .what = std::to_string(r) + "x" + std::to_string(c)});
+  }
+}
+
 // Rotary embedding: math on a concat of slices is split at the concat's boundary into one
 // sink per part (the concat read in place), over [S, H, D] tiles too small to dispatch one
 // by one (the S axis then loops inside a block).

@@ -439,6 +439,27 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
         for (int i = 0; i < k; ++i) {
           const Instr& in = body[i];
           const ChainOperand* o = ops[i];
+          const int fuse = lp_.chain_fuse[pc + 1 + i];
+          if (fuse != 0) {  // body[i] * (the other operand of body[i + 1]) -> its destination
+            const ChainOperand* q = ops[i + 1];
+            const ChainOperand& c = q[fuse == 1 ? 2 : 1];
+            const bool mul = bc::is_binary(in.op);
+            cpu::Rows blk{nb, rs(q[0]), rs(o[1]), mul || in.flags ? rs(o[2]) : 0, rs(c)};
+            blk.outer = nt;
+            blk.od = os(q[0]);
+            blk.oa = os(o[1]);
+            blk.ob = mul || in.flags ? os(o[2]) : 0;
+            blk.oc = os(c);
+            const int kind = mul        ? cpu::kFusedMul
+                             : in.flags ? cpu::kFusedUnaryPre
+                                        : cpu::kFusedUnary;
+            const float* b = mul || in.flags ? at(o[2]) : at(o[1]);
+            const int binc = mul || in.flags ? inc(o[2]) : 0;
+            cpu::fused_mul_f32_rows(kind, mul ? UnaryOp::kNeg : bc::unary_of(in.op), in.flags, blk,
+                                    at(q[0]), at(o[1]), inc(o[1]), b, binc, at(c), inc(c), n);
+            ++i;
+            continue;
+          }
           cpu::Rows blk{nb, rs(o[0]), rs(o[1]), rs(o[2]), rs(o[3])};
           blk.outer = nt;
           blk.od = os(o[0]);
@@ -772,6 +793,31 @@ void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
   });
 }
 
+// Can body[i] and the mul body[i + 1] run as one fused_mul_f32_rows call? 1 or 2: the
+// operand of the mul that reads body[i]'s chain-local result (read nowhere else); 0: no.
+int fusable_pair(const Instr* body, int k, int i) {
+  const Instr& in = body[i];
+  const Instr& next = body[i + 1];
+  const auto is_mul = [](const Instr& x) {
+    return bc::is_binary(x.op) && bc::binary_of(x.op) == BinaryOp::kMul && x.flags == 0;
+  };
+  const bool mul = is_mul(in);
+  const bool unary = bc::is_unary(in.op) && cpu::fused_mul_supported(bc::unary_of(in.op));
+  if ((!mul && !unary) || !is_mul(next)) return 0;
+  if (in.d.kind != OperandKind::kReg) return 0;
+  const int reg = in.d.index;
+  const auto is_reg = [reg](const Operand& o) {
+    return o.kind == OperandKind::kReg && o.index == reg;
+  };
+  if (is_reg(next.a) == is_reg(next.b)) return 0;  // read twice, or not at all
+  if (is_reg(next.d)) return 0;
+  for (int j = i + 2; j < k; ++j) {
+    if (reads_reg(body[j], reg)) return 0;
+    if (body[j].d.kind == OperandKind::kReg && body[j].d.index == reg) break;
+  }
+  return is_reg(next.a) ? 1 : 2;
+}
+
 // The scratch strips of a chain's registers (see LoadedProgram::chain_slot): chain-local
 // values get strips in program order; a strip is reused once its value is dead (in place
 // included: the row kernels are elementwise). The last instruction writes its destination
@@ -816,6 +862,10 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
     slot_reg[s] = in.d.index;
     plan[0] = static_cast<int8_t>(s);
   }
+  for (int i = 0; i + 1 < k; ++i) {
+    if (i > 0 && lp->chain_fuse[pc + i] != 0) continue;  // body[i] is the previous pair's mul
+    lp->chain_fuse[pc + 1 + i] = static_cast<int8_t>(fusable_pair(body, k, i));
+  }
 }
 
 // Is the body of the loop at `pc` only chains whose register operands are all chain-local
@@ -857,6 +907,7 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
     }
   }
   lp->chain_slot.assign(prog.num_instrs(), std::array<int8_t, 4>{-1, -1, -1, -1});
+  lp->chain_fuse.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i)
     if (lp->instrs[i].op == bc::Opcode::kChain) plan_chain(lp.get(), i);
   lp->loop_of_chains.assign(prog.num_instrs(), 0);

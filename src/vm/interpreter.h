@@ -25,6 +25,9 @@ struct LoadedProgram {
   // chain-local register (-1: the operand is read or written in place). Decided once here,
   // not per block (small tiles run many chains).
   std::vector<std::array<int8_t, 4>> chain_slot;
+  // Per chain body instruction: 1 or 2 when its result is read only by the next instruction,
+  // a mul, as that mul's operand a or b: the pair runs as one cpu::fused_mul_f32_rows call.
+  std::vector<int8_t> chain_fuse;
   // Per Loop: 1 if its body is only chains over memory and chain-local values; such a loop
   // runs each chain over all of a block's trips at once (3-D blocks, one call per strip).
   std::vector<char> loop_of_chains;

@@ -202,6 +202,38 @@ HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
   }
 }
 
+// Map3 over a block of rows with a contiguous and b, c contiguous (kB, kC) or broadcast.
+template <bool kB, bool kC, class D, class F>
+HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
+                         const hn::TFromD<D>* b, const hn::TFromD<D>* c, int64_t n, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    hn::TFromD<D>* dr = dst + r * rs.d;
+    const hn::TFromD<D>*ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
+    const auto vb = kB ? hn::Zero(d) : hn::Set(d, br[0]);
+    const auto vc = kC ? hn::Zero(d) : hn::Set(d, cr[0]);
+    const auto lb = [&](int64_t i) { return kB ? hn::LoadU(d, br + i) : vb; };
+    const auto lc = [&](int64_t i) { return kC ? hn::LoadU(d, cr + i) : vc; };
+    int64_t i = 0;
+    for (; i + 2 * N <= n; i += 2 * N) {
+      const auto r0 = f(hn::LoadU(d, ar + i), lb(i), lc(i));
+      const auto r1 = f(hn::LoadU(d, ar + i + N), lb(i + N), lc(i + N));
+      hn::StoreU(r0, d, dr + i);
+      hn::StoreU(r1, d, dr + i + N);
+    }
+    if (i + N <= n) {
+      hn::StoreU(f(hn::LoadU(d, ar + i), lb(i), lc(i)), d, dr + i);
+      i += N;
+    }
+    if (i < n) {
+      const int64_t m = n - i;
+      const auto tb = kB ? LoadTail(d, br + i, m) : vb;
+      const auto tc = kC ? LoadTail(d, cr + i, m) : vc;
+      StoreTail(f(LoadTail(d, ar + i, m), tb, tc), d, dr + i, m);
+    }
+  }
+}
+
 // Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T), over a
 // block of rows. All-contiguous rows get the unrolled loop; other increment patterns (rarer)
 // pick each source per vector.
@@ -222,34 +254,21 @@ HWY_INLINE void Map3Rows(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
     fb = binc;
     fc = cinc;
   }
+  if (fa && fb && fc) return Map3Grid<true, true>(d, g, dst, a, b, c, n, f);
+  if (fa && fb) return Map3Grid<true, false>(d, g, dst, a, b, c, n, f);
+  if (fa && fc) return Map3Grid<false, true>(d, g, dst, a, b, c, n, f);
+  if (fa) return Map3Grid<false, false>(d, g, dst, a, b, c, n, f);
+  // a broadcast (rare): each source picked per vector
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const bool all = fa && fb && fc;
   for (int64_t r = 0; r < g.rows; ++r) {
     T* dr = dst + r * g.d;
     const T *ar = a + r * g.a, *br = b + r * g.b, *cr = c + r * g.c;
     const auto ba = hn::Set(d, ar[0]), bb = hn::Set(d, br[0]), bc = hn::Set(d, cr[0]);
-    int64_t i = 0;
-    if (all) {
-      for (; i + 2 * N <= n; i += 2 * N) {
-        const auto r0 = f(hn::LoadU(d, ar + i), hn::LoadU(d, br + i), hn::LoadU(d, cr + i));
-        const auto r1 =
-            f(hn::LoadU(d, ar + i + N), hn::LoadU(d, br + i + N), hn::LoadU(d, cr + i + N));
-        hn::StoreU(r0, d, dr + i);
-        hn::StoreU(r1, d, dr + i + N);
-      }
-    }
-    for (; i + N <= n; i += N) {
-      const auto va = fa ? hn::LoadU(d, ar + i) : ba;
-      const auto vb = fb ? hn::LoadU(d, br + i) : bb;
-      const auto vc = fc ? hn::LoadU(d, cr + i) : bc;
-      hn::StoreU(f(va, vb, vc), d, dr + i);
-    }
-    if (i < n) {
-      const int64_t m = n - i;
-      const auto va = fa ? LoadTail(d, ar + i, m) : ba;
+    for (int64_t i = 0; i < n; i += N) {
+      const int64_t m = std::min(N, n - i);
       const auto vb = fb ? LoadTail(d, br + i, m) : bb;
       const auto vc = fc ? LoadTail(d, cr + i, m) : bc;
-      StoreTail(f(va, vb, vc), d, dr + i, m);
+      StoreTail(f(ba, vb, vc), d, dr + i, m);
     }
   }
 }
@@ -617,6 +636,54 @@ void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a
   }
 }
 
+// dst = g * c for a producer g that is a * b (kMul), op(a) (kUnary) or op(a +- b) (kUnaryPre,
+// pre 1 / 2): two chain instructions in one pass, the intermediate never stored. The same
+// bits as the two instructions apart (f32 throughout). Row strides: rs.a, rs.b of a and b,
+// rs.c of c.
+void FusedMulF32(int kind, UnaryOp op, int pre, const Rows& rs, float* dst, const float* a,
+                 int ainc, const float* b, int binc, const float* c, int cinc, int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t oc) {
+        FusedMulF32(kind, op, pre, one, dst + od, a + oa, ainc, b + ob, binc, c + oc, cinc, n);
+      }))
+    return;
+  const DF d;
+  if (kind == kFusedMul) {
+    return Map3Rows(d, rs, dst, a, ainc, b, binc, c, cinc, n,
+                    [](VF x, VF y, VF z) { return hn::Mul(hn::Mul(x, y), z); });
+  }
+  const auto run = [&](auto f) {
+    if (kind == kFusedUnary) {
+      Rows ac{rs.rows, rs.d, rs.a, rs.c};
+      Map2Rows(d, d, ac, dst, a, ainc, c, cinc, n,
+               [&](VF x, VF z) DVM_INL { return hn::Mul(f(x), z); });
+    } else if (pre == 1) {
+      Map3Rows(d, rs, dst, a, ainc, b, binc, c, cinc, n,
+               [&](VF x, VF y, VF z) DVM_INL { return hn::Mul(f(hn::Add(x, y)), z); });
+    } else {
+      Map3Rows(d, rs, dst, a, ainc, b, binc, c, cinc, n,
+               [&](VF x, VF y, VF z) DVM_INL { return hn::Mul(f(hn::Sub(x, y)), z); });
+    }
+  };
+  switch (op) {
+    case UnaryOp::kExp:
+      return run([d](VF x) DVM_INL { return ExpF(d, x); });
+    case UnaryOp::kTanh:
+      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); });
+    case UnaryOp::kSigmoid:
+      return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
+    case UnaryOp::kSilu:
+      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); });
+    case UnaryOp::kGeluErf:
+      return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
+    case UnaryOp::kGeluTanh:
+      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
+    case UnaryOp::kRelu:
+      return run([d](VF x) DVM_INL { return ReluF(d, x); });
+    default:
+      return;  // not a fused pair (fused_mul_supported)
+  }
+}
+
 // Float != is unordered (NaN != x is true), so it is computed as !(x == y).
 void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
                 int64_t n) {
@@ -960,6 +1027,7 @@ HWY_EXPORT(BinaryF32);
 HWY_EXPORT(CompareF32);
 HWY_EXPORT(Select32);
 HWY_EXPORT(FmaF32);
+HWY_EXPORT(FusedMulF32);
 HWY_EXPORT(ReduceRowF32);
 HWY_EXPORT(DotRowF32);
 HWY_EXPORT(AccumulateF32);
@@ -1397,6 +1465,26 @@ void fma_f32(float* dst, const float* a, int ainc, const float* b, int binc, con
 void fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const float* b, int binc,
                   const float* c, int cinc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(FmaF32)(rows, dst, a, ainc, b, binc, c, cinc, n);
+}
+
+bool fused_mul_supported(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kExp:
+    case UnaryOp::kTanh:
+    case UnaryOp::kSigmoid:
+    case UnaryOp::kSilu:
+    case UnaryOp::kGeluErf:
+    case UnaryOp::kGeluTanh:
+    case UnaryOp::kRelu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void fused_mul_f32_rows(int kind, UnaryOp op, int pre, const Rows& rows, float* dst, const float* a,
+                        int ainc, const float* b, int binc, const float* c, int cinc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(FusedMulF32)(kind, op, pre, rows, dst, a, ainc, b, binc, c, cinc, n);
 }
 
 const char* simd_target_name() {

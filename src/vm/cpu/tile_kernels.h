@@ -144,6 +144,16 @@ void fma_f32(float* dst, const float* a, int ainc, const float* b, int binc, con
 void fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const float* b, int binc,
                   const float* c, int cinc, int64_t n);
 
+// A pair of chain instructions in one pass: dst[i] = g[i] * c[i], where the producer g is
+// a[i] * b[i] (kind kFusedMul), op(a[i]) (kFusedUnary; b unused) or op(a[i] + b[i]) /
+// op(a[i] - b[i]) (kFusedUnaryPre, pre 1 / 2), op one that fused_mul_supported. The
+// intermediate is never stored; the same bits as the two instructions apart. Row strides:
+// rows.a, rows.b, rows.c of a, b, c.
+inline constexpr int kFusedMul = 0, kFusedUnary = 1, kFusedUnaryPre = 2;
+bool fused_mul_supported(UnaryOp op);
+void fused_mul_f32_rows(int kind, UnaryOp op, int pre, const Rows& rows, float* dst, const float* a,
+                        int ainc, const float* b, int binc, const float* c, int cinc, int64_t n);
+
 // Name of the SIMD target the dispatcher picked (e.g. "AVX3", "AVX2").
 const char* simd_target_name();
 
