@@ -665,6 +665,8 @@ void FusedMulF32(int kind, UnaryOp op, int pre, const Rows& rs, float* dst, cons
     }
   };
   switch (op) {
+    case UnaryOp::kNeg:
+      return run([](VF x) { return hn::Neg(x); });
     case UnaryOp::kExp:
       return run([d](VF x) DVM_INL { return ExpF(d, x); });
     case UnaryOp::kTanh:
@@ -1469,6 +1471,7 @@ void fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const 
 
 bool fused_mul_supported(UnaryOp op) {
   switch (op) {
+    case UnaryOp::kNeg:
     case UnaryOp::kExp:
     case UnaryOp::kTanh:
     case UnaryOp::kSigmoid:
