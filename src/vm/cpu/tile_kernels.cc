@@ -598,6 +598,33 @@ void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc
   }
 }
 
+// Calls run(f) with the vector math f of `op` if it is one of the ops that combine with a
+// neighbour in one kernel (the common activations, fused_mul_supported); false otherwise.
+// One list for the pre-op kernels and the fused pairs.
+template <class Run>
+HWY_INLINE bool WithActivation(DF d, UnaryOp op, Run run) {
+  switch (op) {
+    case UnaryOp::kNeg:
+      return run([](VF x) { return hn::Neg(x); }), true;
+    case UnaryOp::kExp:
+      return run([d](VF x) DVM_INL { return ExpF(d, x); }), true;
+    case UnaryOp::kTanh:
+      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); }), true;
+    case UnaryOp::kSigmoid:
+      return run([d](VF x) DVM_INL { return SigmoidF(d, x); }), true;
+    case UnaryOp::kSilu:
+      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); }), true;
+    case UnaryOp::kGeluErf:
+      return run([d](VF x) DVM_INL { return GeluErfF(d, x); }), true;
+    case UnaryOp::kGeluTanh:
+      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); }), true;
+    case UnaryOp::kRelu:
+      return run([d](VF x) DVM_INL { return ReluF(d, x); }), true;
+    default:
+      return false;
+  }
+}
+
 // dst[i] = op(a[i] + b[i]) (pre 1) or op(a[i] - b[i]) (pre 2): the add/sub stays in a vector
 // register instead of making its own pass over the tile; the same bits as the two ops apart.
 void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
@@ -615,25 +642,9 @@ void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a
       map([&](VF x, VF y) DVM_INL { return f(hn::Sub(x, y)); });
     }
   };
-  switch (op) {
-    case UnaryOp::kExp:
-      return run([d](VF x) DVM_INL { return ExpF(d, x); });
-    case UnaryOp::kTanh:
-      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); });
-    case UnaryOp::kSigmoid:
-      return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
-    case UnaryOp::kSilu:
-      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); });
-    case UnaryOp::kGeluErf:
-      return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
-    case UnaryOp::kGeluTanh:
-      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
-    case UnaryOp::kRelu:
-      return run([d](VF x) DVM_INL { return ReluF(d, x); });
-    default:
-      BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, rs, dst, a, ainc, b, binc, n);
-      UnaryF32(op, Rows{rs.rows, rs.d, rs.d, 0, 0}, dst, dst, 1, n);
-  }
+  if (WithActivation(d, op, run)) return;
+  BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, rs, dst, a, ainc, b, binc, n);
+  UnaryF32(op, Rows{rs.rows, rs.d, rs.d, 0, 0}, dst, dst, 1, n);
 }
 
 // dst = g * c for a producer g that is a * b (kMul), op(a) (kUnary) or op(a +- b) (kUnaryPre,
@@ -664,26 +675,7 @@ void FusedMulF32(int kind, UnaryOp op, int pre, const Rows& rs, float* dst, cons
                [&](VF x, VF y, VF z) DVM_INL { return hn::Mul(f(hn::Sub(x, y)), z); });
     }
   };
-  switch (op) {
-    case UnaryOp::kNeg:
-      return run([](VF x) { return hn::Neg(x); });
-    case UnaryOp::kExp:
-      return run([d](VF x) DVM_INL { return ExpF(d, x); });
-    case UnaryOp::kTanh:
-      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); });
-    case UnaryOp::kSigmoid:
-      return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
-    case UnaryOp::kSilu:
-      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); });
-    case UnaryOp::kGeluErf:
-      return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
-    case UnaryOp::kGeluTanh:
-      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
-    case UnaryOp::kRelu:
-      return run([d](VF x) DVM_INL { return ReluF(d, x); });
-    default:
-      return;  // not a fused pair (fused_mul_supported)
-  }
+  WithActivation(d, op, run);  // fused_mul_supported(op): one of them
 }
 
 // Float != is unordered (NaN != x is true), so it is computed as !(x == y).
@@ -1470,6 +1462,7 @@ void fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const 
 }
 
 bool fused_mul_supported(UnaryOp op) {
+  // The ops of WithActivation (kept in step by VmFusedPairs and the random-kernel test).
   switch (op) {
     case UnaryOp::kNeg:
     case UnaryOp::kExp:
