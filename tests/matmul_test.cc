@@ -103,6 +103,27 @@ TEST(MatMul, FusedEpilogues) {
   EXPECT_EQ(st.programs, 1);
 }
 
+// Consumers that read a matmul's output or a row reduction through slices and a concat
+// (offset maps onto the matmul tile and the reduced rows), as a concat split would.
+TEST(MatMul, SlicedAndConcatenatedConsumers) {
+  std::mt19937 rng(4);
+  KernelBuilder kb("sliced");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 32});
+  Value w = kb.load("w", DType::kF32, {32, 10});
+  Value m = kb.matmul(x, w);
+  Value sm = kb.div(kb.unary(UnaryOp::kExp, m), kb.sum(kb.unary(UnaryOp::kExp, m), {-1}, true));
+  Value swapped = kb.concat({kb.slice(m, 1, 5, 10), kb.slice(m, 1, 0, 5)}, 1);
+  kb.store("y", kb.mul(swapped, sm));
+  kb.store("z", kb.add(kb.slice(sm, 1, 2, 7), kb.slice(m, 1, 0, 5)));
+  Kernel k = kb.build().value();
+  for (int64_t s : {1, 7, 100}) {
+    expect_matches_reference(
+        k, {make_buffer(DType::kF32, {s, 32}, rng), make_buffer(DType::kF32, {32, 10}, rng)},
+        mm_tol(32));
+  }
+}
+
 TEST(MatMul, AttentionCore) {
   std::mt19937 rng(4);
   KernelBuilder kb("attention");
