@@ -9,7 +9,7 @@ Reads, when present (standard library only, nothing is run):
   model, cores, SIMD, commit, load before the run);
 - the Python harnesses' JSON: python/bench/matmul_bench.py (bench_results/matmul_bench.json,
   the same name as the C++ matmul_bench's: the format tells them apart), torch_bench.py,
-  lazy_bench.py, weights_bench.py.
+  lazy_bench.py, weights_bench.py, subgraph_bench.py.
 
 For each benchmark found it writes the machine and conditions recorded with it, the date and
 commit (where the harness records them; otherwise the file's time and "not recorded"), and
@@ -635,6 +635,80 @@ def section_weights(path, d):
     return out
 
 
+def section_subgraph(path, d):
+    m = d.get("machine", {})
+    cfgs = d.get("configs", ["eager", "dvm", "inductor"])
+    ind = "inductor" in cfgs
+    extra = [f"SIMD {m['simd']}"] if m.get("simd") else []
+    extra.append(f"{d.get('rounds', '?')} interleaved rounds")
+    if m.get("worktree_dirty"):
+        extra.append("uncommitted changes in the work tree")
+    out = py_header(path, m, extra, date=m.get("date"), commit=m.get("commit"))
+    out += ["", "Memory-bound subgraphs (plain functions of f32 CPU tensors) through "
+            "`torch.compile(fn, backend=..., dynamic=True)`, each compiled once and run at 3 "
+            "shapes; every configuration is called in turn at each shape in every round, a timed "
+            "sample lasting ≥ " + fmt(d.get("min_sample_ms"), 0) + " ms; µs per call = median "
+            "over rounds; × = other time / DVM time (> 1: DVM faster); first call = the first "
+            "call at that shape (compilation at the first shape, recompilation or per-shape "
+            "encoding at the others); DVM p75/p25 = the spread of DVM's samples over the rounds; "
+            "check = output against eager (torch.testing.assert_close)."
+            + ("" if ind else " Inductor skipped (--no-inductor).")
+            + (" Inductor's FX graph cache was on: its first calls may load kernels an earlier "
+               "run compiled (on disk)." if ind and d.get("inductor_fx_graph_cache") else ""), ""]
+    rows = []
+    for sg in d.get("subgraphs", []):
+        for c in sg.get("shapes", []):
+            us, sp, first = c.get("us", {}), c.get("speedup", {}), c.get("first_call_ms", {})
+            bad = [f"{k} {v}" for k, v in c.get("check", {}).items() if v != "ok"]
+            row = [sg["name"], c.get("label", "?"), fmt(us.get("eager"), 1),
+                   fmt(us.get("dvm"), 1)]
+            row += [fmt(us.get("inductor"), 1)] if ind else []
+            row += [fmt(sp.get("eager/dvm"))] + ([fmt(sp.get("inductor/dvm"))] if ind else [])
+            row += [fmt(first.get("dvm"), 1)] + ([fmt(first.get("inductor"), 1)] if ind else [])
+            q = c.get("us_iqr", {}).get("dvm")
+            row.append(fmt(ratio(q[1], q[0]) if q else None))
+            row.append("; ".join(bad) or "ok")
+            rows.append(row)
+    hdr = ["subgraph", "shape", "eager µs", "DVM µs"] + (["Inductor µs"] if ind else [])
+    hdr += ["eager / DVM"] + (["Inductor / DVM"] if ind else [])
+    hdr += ["first call DVM ms"] + (["first call Inductor ms"] if ind else [])
+    hdr += ["DVM p75/p25", "check"]
+    t = table(hdr, rows, numeric_from=2)
+    t[1] = t[1][:-len("---:|")] + "---|"  # check: text
+    out += t
+    threads, cores = m.get("threads"), m.get("cores")
+    others = {sg["name"]: sg.get("other_processes_cores") for sg in d.get("subgraphs", [])}
+    known = [v for v in others.values() if v is not None]
+    if known:
+        out += ["", f"Other processes kept {fmt(statistics.fmean(known))} cores busy on average "
+                f"during the timed rounds (most: {fmt(max(known))}, /proc/stat)."]
+        over = [k for k, v in others.items()
+                if v is not None and isinstance(threads, int) and isinstance(cores, int)
+                and v + threads > cores + 0.25]
+        if over:
+            out[-1] += (f" **Oversubscribed** ({', '.join(over)}: other processes' cores + "
+                        f"{threads} threads > {cores} cores): PyTorch's OpenMP regions (eager, "
+                        f"Inductor) then wait for preempted threads at every barrier, so their "
+                        f"times and the ratios measure the contention more than the kernels; "
+                        f"rerun on an idle machine or with `--threads 1`.")
+    per = []
+    for sg in d.get("subgraphs", []):
+        g = sg.get("geomean", {})
+        per.append(f"{sg['name']} {fmt(g.get('eager/dvm'))}"
+                   + (f" / {fmt(g.get('inductor/dvm'))}" if ind else ""))
+    g = d.get("geomean", {})
+    what = "eager / DVM" + (" and Inductor / DVM" if ind else "")
+    out += ["", f"Geomean {what} over all subgraphs and shapes: {fmt(g.get('eager/dvm'))}"
+            + (f" and {fmt(g.get('inductor/dvm'))}" if ind else "")
+            + "; per subgraph: " + "; ".join(per) + ". Cells whose check failed are left out."]
+    fails = d.get("failures", [])
+    if fails:
+        out += ["", "Failed in this run: " + "; ".join(
+            f"`{f['subgraph']}` {f['shape']} {f['config']} ({f['check']}: {f.get('error')})"
+            for f in fails) + "."]
+    return out
+
+
 PY = [
     ("matmul_bench", "Matmul against torch.mm (Python harness)", section_py_matmul,
      "python3 python/bench/matmul_bench.py [--quick] [--threads N]"),
@@ -644,6 +718,9 @@ PY = [
      "python3 python/bench/lazy_bench.py [--threads N] [--rounds R]"),
     ("weights_bench", "Model-sized weights: the packed-weight cache", section_weights,
      "python3 python/bench/weights_bench.py [--sizes-gib 0.5 1.25] [--rows 1 16 128]"),
+    ("subgraph_bench", "torch.compile on memory-bound subgraphs: eager, DVM and Inductor",
+     section_subgraph,
+     "python3 python/bench/subgraph_bench.py [--rounds R] [--threads N] [--no-inductor]"),
 ]
 
 # ---------------------------------------------------------------------------------------------
