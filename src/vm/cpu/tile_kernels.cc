@@ -347,32 +347,11 @@ HWY_INLINE VF SinCosF(DF d, VF x) {
 
 // sigmoid(x) = 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) for x < 0: e = exp(-|x|) never
 // overflows and the small side keeps its relative accuracy.
-// 1 / v for v in [1, 2] without a division (whose throughput bounds sigmoid and silu): the
-// hardware estimate (AVX-512: 14 bits, AVX2/SSE4: 12 bits) refined by one Newton step,
-// r + r (1 - v r): within 1 ulp (AVX-512) / 2 ulp (AVX2) of 1 / v (docs/numerics.md).
-HWY_INLINE VF RecipOneTwo(DF d, VF v) {
-  const VF r = hn::ApproximateReciprocal(v);
-  return hn::MulAdd(r, hn::NegMulAdd(v, r, hn::Set(d, 1.0f)), r);
-}
-
 HWY_INLINE VF SigmoidF(DF d, VF x) {
   const VF one = hn::Set(d, 1.0f);
   const VF e = hn::Exp(d, hn::Neg(hn::Abs(x)));
   const VF num = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), e, one);
-  return KeepNaN(x, hn::Mul(num, RecipOneTwo(d, hn::Add(one, e))));
-}
-
-// silu(x) = x * sigmoid(x). Below -80, e^x is (nearly) subnormal and x * e^x would lose its
-// bits, so e^(x+20) is scaled by e^-20 after the product (x + 20 is exact there).
-HWY_INLINE VF SiluF(DF d, VF x) {
-  const VF one = hn::Set(d, 1.0f);
-  const auto far = hn::Lt(x, hn::Set(d, -80.0f));
-  const VF xs = hn::IfThenElse(far, hn::Add(x, hn::Set(d, 20.0f)), x);
-  const VF e = hn::Exp(d, hn::Neg(hn::Abs(xs)));
-  const VF num = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), e, one);
-  VF r = hn::Div(hn::Mul(x, num), hn::Add(one, e));
-  r = hn::IfThenElse(far, hn::Mul(r, hn::Set(d, 2.0611536e-09f)), r);  // e^-20
-  return KeepNaN(x, r);
+  return KeepNaN(x, hn::Div(num, hn::Add(one, e)));
 }
 
 // erf / erfc of t = |z|, fitted in f32 (least squares on relative error, Chebyshev nodes):
@@ -444,7 +423,18 @@ HWY_INLINE VF GeluErfF(DF d, VF x) {
   p = hn::MulAdd(p, t, hn::Set(d, 0.37409196f));
   p = hn::MulAdd(p, t, hn::Set(d, 1.00002368f));
   p = hn::MulAdd(p, t, hn::Set(d, -1.26551223f));
-  const VF erfc = hn::Mul(t, hn::Exp(d, hn::NegMulAdd(z, z, p)));
+  // The exponent -z^2 + P is large for large |x|: its rounding errors would scale the result
+  // by up to |z^2| ulp. So z^2 = x^2 / 2 is carried as hi + lo (x^2 exact with an FMA), the
+  // sum's rounding error recovered (Fast2Sum: |z^2| >= |P| where it matters), and both
+  // applied as the factor 1 + c (|c| ~ ulp(z^2), so e^c = 1 + c to f32 precision).
+  const VF half = hn::Set(d, 0.5f);
+  const VF x2 = hn::Mul(x, x);
+  const VF nz2 = hn::Mul(hn::Set(d, -0.5f), x2);  // exact
+  const VF arg = hn::Add(nz2, p);
+  VF c = hn::Sub(hn::Add(hn::Sub(nz2, arg), p), hn::Mul(half, hn::MulSub(x, x, x2)));
+  c = hn::IfThenElseZero(hn::IsFinite(nz2), c);  // x^2 = inf: e = 0 and c would be NaN
+  const VF e = hn::Exp(d, arg);
+  const VF erfc = hn::Mul(t, hn::MulAdd(e, c, e));
   const VF half_x = hn::Mul(hn::Set(d, 0.5f), x);
   const VF factor = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, hn::Sub(hn::Set(d, 2.0f), erfc));
   return KeepNaN(x, hn::Mul(half_x, factor));
