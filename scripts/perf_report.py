@@ -321,7 +321,10 @@ def section_suite(gb):
     for wl, _ in rows_by:
         if wl not in order:
             order.append(wl)
-    rows, big = [], {"st": [], "mt": []}
+    # f16_gelu's loop converts f16 <-> f32 per element in scalar code (no vector f16 in plain
+    # C++), which flatters DVM ~10x: the geomean is also given without it.
+    unfair = {"f16_gelu"}
+    rows, big, fair = [], {"st": [], "mt": []}, {"st": [], "mt": []}
     for wl in order:
         for n in sorted(n for (w, n) in rows_by if w == wl):
             r = rows_by[(wl, n)]
@@ -330,6 +333,9 @@ def section_suite(gb):
             if n >= (1 << 20):
                 big["st"].append(st)
                 big["mt"].append(mt)
+                if wl not in unfair:
+                    fair["st"].append(st)
+                    fair["mt"].append(mt)
             err = (r.get("dvm_st") or {}).get("max_rel_err")
             rows.append([wl, elems(n), fmt(t["dvm_st"], 1), fmt(t["fused_st"], 1), fmt(st),
                          fmt(t["dvm_mt"], 1), fmt(t["fused_mt"], 1), fmt(mt),
@@ -339,9 +345,11 @@ def section_suite(gb):
     gst, gmt = geomean(big["st"]), geomean(big["mt"])
     if gst or gmt:
         low = {k: min((v for v in vs if v), default=None) for k, vs in big.items()}
+        fst, fmt_ = geomean(fair["st"]), geomean(fair["mt"])
         out += ["", f"At ≥ 1M elements: geomean fused/VM {fmt(gst)} (1t), {fmt(gmt)} (mt); "
-                f"lowest {fmt(low['st'])} (1t), {fmt(low['mt'])} (mt). Target: geomean ≥ 0.95, "
-                f"none below 0.8."]
+                f"without f16_gelu (its loop converts f16 in scalar code) {fmt(fst)} (1t), "
+                f"{fmt(fmt_)} (mt); lowest {fmt(low['st'])} (1t), {fmt(low['mt'])} (mt). "
+                f"Target: geomean ≥ 0.95, none below 0.8."]
     return out
 
 
