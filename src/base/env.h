@@ -9,10 +9,11 @@ namespace dvm::base {
 
 struct EnvKnobs {
   bool dump_bytecode = false;
-  bool dump_ir = false;      // DVM_DUMP_IR=1: the graph IR after each pass
-  int num_threads = 0;       // 0: unset
-  bool lazy_dump = false;    // DVM_LAZY_DUMP=1: graphs compiled by lazy flushes
-  int weight_cache_mb = -1;  // DVM_WEIGHT_CACHE_MB: -1 unset
+  bool dump_ir = false;        // DVM_DUMP_IR=1: the graph IR after each pass
+  int num_threads = 0;         // 0: unset
+  bool lazy_dump = false;      // DVM_LAZY_DUMP=1: graphs compiled by lazy flushes
+  int weight_cache_mb = -1;    // DVM_WEIGHT_CACHE_MB: -1 unset
+  bool verify_always = false;  // DVM_VERIFY_ALWAYS=1: re-verify cached programs on every use
 };
 
 // Read once, on first use.

@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/thread_pool.h"
+#include "bytecode/verifier.h"
 #include "encoder/encoder.h"
 #include "ir/kernel_def.h"
 #include "runtime/arg_checks.h"
@@ -169,6 +170,10 @@ StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::I
     auto it = cache.find(key);
     if (it != cache.end()) {
       if (stats) stats->cache_hit = true;
+      if (base::env().verify_always) {  // a debugging aid: catch a program corrupted in memory
+        for (const bc::Program& p : it->second->kernel.programs)
+          DVM_RETURN_IF_ERROR(bc::verify(p, nullptr));
+      }
       return it->second;
     }
   }
