@@ -340,6 +340,14 @@ TEST(Runtime, SharedSubexpressionsAreVisitedOnce) {
   Kernel k = kb.build().value();
   std::mt19937 rng(4);
   expect_matches_reference(k, {make_buffer(DType::kF32, {100}, rng)}, {1e-6, 1e-5});
+  // One op per level, each reading its input twice: a walk without a memo (the encoder's
+  // search for a concat to split at the sink) makes 2^40 visits.
+  KernelBuilder kb2("square_tower");
+  Value z = kb2.load("x", DType::kF32, {kb2.symbol("S")});
+  for (int i = 0; i < 40; ++i) z = kb2.mul(z, z);
+  kb2.store("y", kb2.binary(BinaryOp::kMinimum, z, kb2.constant(1.0)));
+  Kernel k2 = kb2.build().value();
+  expect_matches_reference(k2, {make_buffer(DType::kF32, {100}, rng)}, {1e-6, 1e-5});
 }
 
 // Outputs that overlap an input, each other or themselves are rejected with an error naming

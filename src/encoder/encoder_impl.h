@@ -22,7 +22,7 @@ class Encoder {
   // stage construction
   Status add_sink(int node, const View& dst, bool joinable);
   Status add_sink_at(int node, const View& dst, bool joinable, int axis, int64_t at);
-  bool find_concat_split(int node, int off, int depth, int* axis,
+  bool find_concat_split(int node, int off, int depth, std::vector<char>* searched, int* axis,
                          std::vector<int64_t>* parts) const;
   bool reads_reduction(int node) const;
   Status visit(int stage, int node, const NodeMap& map, int* inst);

@@ -122,7 +122,8 @@ Status Encoder::add_sink(int node, const View& dst, bool joinable) {
   // sink, on which the concat reads one part in place (no workspace copy of the concat).
   int axis = -1;
   std::vector<int64_t> parts;
-  if (find_concat_split(node, 0, 0, &axis, &parts) && !reads_reduction(node)) {
+  std::vector<char> searched(def_.nodes.size(), 0);
+  if (find_concat_split(node, 0, 0, &searched, &axis, &parts) && !reads_reduction(node)) {
     int64_t at = 0;
     for (int64_t len : parts) {
       View v = dst;
@@ -158,9 +159,12 @@ constexpr size_t kMaxConcatSplit = 8;
 
 // Looks through elementwise ops and broadcasts from `node` (whose axis i is the sink's axis
 // i + off) for a concat along an axis the sink has at full length; its parts' lengths.
-bool Encoder::find_concat_split(int node, int off, int depth, int* axis,
-                                std::vector<int64_t>* parts) const {
-  if (depth > 32) return false;
+// `searched` marks the nodes already searched in vain: a DAG that reuses values at every level
+// is walked once, not as a tree.
+bool Encoder::find_concat_split(int node, int off, int depth, std::vector<char>* searched,
+                                int* axis, std::vector<int64_t>* parts) const {
+  if (depth > 32 || (*searched)[node]) return false;
+  (*searched)[node] = 1;
   const Node& n = def_.nodes[node];
   const CShape& s = shape_of(b_, node);
   switch (n.kind) {
@@ -183,7 +187,7 @@ bool Encoder::find_concat_split(int node, int off, int depth, int* axis,
       if (n.kind != OpKind::kBroadcast && cut_[node]) return false;  // computed elsewhere
       for (int in : n.inputs) {
         const int in_off = off + s.rank - shape_of(b_, in).rank;
-        if (find_concat_split(in, in_off, depth + 1, axis, parts)) {
+        if (find_concat_split(in, in_off, depth + 1, searched, axis, parts)) {
           // A broadcast along the concat's axis would make it read one part everywhere.
           if (n.kind == OpKind::kBroadcast) {
             const int a = *axis - in_off;
