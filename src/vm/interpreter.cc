@@ -376,12 +376,28 @@ struct ChainOperand {
   int scratch;  // >= 0: a chain-local register, held in this scratch strip
 };
 
+// Fields a chain body instruction uses, d first: d, a (unary); d, a, b (binary, or a unary
+// with a pre-op); d, a, b, c (fma).
+int chain_fields(const Instr& in) {
+  if (in.op == bc::Opcode::kFma) return 4;
+  return in.flags != 0 || bc::is_binary(in.op) ? 3 : 2;
+}
+
 // Does body instruction `in` read register `reg` (as a source)?
 bool reads_reg(const Instr& in, int reg) {
-  bool fma = in.op == bc::Opcode::kFma;
-  bool two = fma || in.flags != 0 || bc::is_binary(in.op);
-  auto is = [reg](const Operand& o) { return o.kind == OperandKind::kReg && o.index == reg; };
-  return is(in.a) || (two && is(in.b)) || (fma && is(in.c));
+  const Operand* src[3] = {&in.a, &in.b, &in.c};
+  for (int f = 1; f < chain_fields(in); ++f)
+    if (src[f - 1]->kind == OperandKind::kReg && src[f - 1]->index == reg) return true;
+  return false;
+}
+
+// Is `reg` read by body[from..k) before being redefined?
+bool read_again(const Instr* body, int k, int from, int reg) {
+  for (int j = from; j < k; ++j) {
+    if (reads_reg(body[j], reg)) return true;
+    if (body[j].d.kind == OperandKind::kReg && body[j].d.index == reg) return false;
+  }
+  return false;
 }
 
 // Runs the chain at `pc` for `trips` consecutive trips of loop axis `axis` (trips 1, axis -1:
@@ -399,8 +415,7 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
     const Instr& in = body[i];
     const std::array<int8_t, 4>& slot = lp_.chain_slot[pc + 1 + i];
     const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
-    const bool fma = in.op == bc::Opcode::kFma;
-    const int used = fma ? 4 : (in.flags != 0 || bc::is_binary(in.op)) ? 3 : 2;
+    const int used = chain_fields(in);
     for (int f = used; f < 4; ++f) ops[i][f] = ChainOperand{nullptr, 0, 0, 0, -1};
     for (int f = 0; f < used; ++f) {
       if (slot[f] >= 0) {
@@ -444,19 +459,20 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
             const ChainOperand* q = ops[i + 1];
             const ChainOperand& c = q[fuse == 1 ? 2 : 1];
             const bool mul = bc::is_binary(in.op);
-            cpu::Rows blk{nb, rs(q[0]), rs(o[1]), mul || in.flags ? rs(o[2]) : 0, rs(c)};
+            const bool has_b = chain_fields(in) >= 3;  // a * b, op(a +- b); op(a) has no b
+            cpu::Rows blk{nb, rs(q[0]), rs(o[1]), has_b ? rs(o[2]) : 0, rs(c)};
             blk.outer = nt;
             blk.od = os(q[0]);
             blk.oa = os(o[1]);
-            blk.ob = mul || in.flags ? os(o[2]) : 0;
+            blk.ob = has_b ? os(o[2]) : 0;
             blk.oc = os(c);
             const int kind = mul        ? cpu::kFusedMul
                              : in.flags ? cpu::kFusedUnaryPre
                                         : cpu::kFusedUnary;
-            const float* b = mul || in.flags ? at(o[2]) : at(o[1]);
-            const int binc = mul || in.flags ? inc(o[2]) : 0;
-            cpu::fused_mul_f32_rows(kind, mul ? UnaryOp::kNeg : bc::unary_of(in.op), in.flags, blk,
-                                    at(q[0]), at(o[1]), inc(o[1]), b, binc, at(c), inc(c), n);
+            const UnaryOp op = mul ? UnaryOp::kNeg : bc::unary_of(in.op);  // op unused for mul
+            cpu::fused_mul_f32_rows(kind, op, in.flags, blk, at(q[0]), at(o[1]), inc(o[1]),
+                                    has_b ? at(o[2]) : at(o[1]), has_b ? inc(o[2]) : 0, at(c),
+                                    inc(c), n);
             ++i;
             continue;
           }
@@ -810,11 +826,7 @@ int fusable_pair(const Instr* body, int k, int i) {
     return o.kind == OperandKind::kReg && o.index == reg;
   };
   if (is_reg(next.a) == is_reg(next.b)) return 0;  // read twice, or not at all
-  if (is_reg(next.d)) return 0;
-  for (int j = i + 2; j < k; ++j) {
-    if (reads_reg(body[j], reg)) return 0;
-    if (body[j].d.kind == OperandKind::kReg && body[j].d.index == reg) break;
-  }
+  if (is_reg(next.d) || read_again(body, k, i + 2, reg)) return 0;
   return is_reg(next.a) ? 1 : 2;
 }
 
@@ -841,16 +853,8 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
       if (src[f]->kind == OperandKind::kReg)
         plan[f + 1] = static_cast<int8_t>(slot_of(src[f]->index));
     // Free the strips whose values are not read again (before being redefined).
-    for (int s = 0; s < slots; ++s) {
-      const int reg = slot_reg[s];
-      if (reg < 0) continue;
-      bool live = false;
-      for (int j = i + 1; j < k && !live; ++j) {
-        live = reads_reg(body[j], reg);
-        if (body[j].d.kind == OperandKind::kReg && body[j].d.index == reg) break;
-      }
-      if (!live) slot_reg[s] = -1;
-    }
+    for (int s = 0; s < slots; ++s)
+      if (slot_reg[s] >= 0 && !read_again(body, k, i + 1, slot_reg[s])) slot_reg[s] = -1;
     if (i + 1 == k) {
       if (in.d.kind == OperandKind::kReg) plan[0] = static_cast<int8_t>(slot_of(in.d.index));
       break;
@@ -878,9 +882,7 @@ bool only_chains(const LoadedProgram& lp, size_t pc) {
     for (size_t i = c + 1; i <= c + lp.instrs[c].aux && i < stop; ++i) {
       const Instr& in = lp.instrs[i];
       const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
-      const bool fma = in.op == bc::Opcode::kFma;
-      const int used = fma ? 4 : (in.flags != 0 || bc::is_binary(in.op)) ? 3 : 2;
-      for (int f = 0; f < used; ++f)
+      for (int f = 0; f < chain_fields(in); ++f)
         if (field[f]->kind == OperandKind::kReg && lp.chain_slot[i][f] < 0) return false;
     }
   }
