@@ -90,6 +90,22 @@ HWY_INLINE void FillRow(T* dst, T v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = v;
 }
 
+// When every source's rows are back to back (Rows::flat_src; K sources with their row strides
+// and increments) and the destination's too, the block runs as one row of rows * n elements:
+// *g becomes that row, *n grows and incs[] take the run's increments. Otherwise unchanged.
+template <size_t K>
+HWY_INLINE void FlattenRows(const Rows& rs, const int64_t (&strides)[K], int (&incs)[K], Rows* g,
+                            int64_t* n) {
+  *g = rs;
+  if (!rs.flat_dst(*n)) return;
+  int flat[K];
+  for (size_t k = 0; k < K; ++k)
+    if (!Rows::flat_src(*n, incs[k], strides[k], &flat[k])) return;
+  for (size_t k = 0; k < K; ++k) incs[k] = flat[k];
+  *g = Rows{1, 0, 0, 0, 0};
+  *n *= rs.rows;
+}
+
 template <bool kA, class DO, class DA, class F>
 HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, int64_t n, F f) {
@@ -124,15 +140,10 @@ template <class DO, class DA, class F>
 HWY_INLINE void Map1Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
   if (n <= 0 || rs.rows <= 0) return;
-  int fa = ainc;
-  Rows g = rs;
-  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa)) {
-    g = Rows{1, 0, 0};
-    n *= rs.rows;
-  } else {
-    fa = ainc;
-  }
-  if (fa) {
+  int inc[1] = {ainc};
+  Rows g;
+  FlattenRows(rs, {rs.a}, inc, &g, &n);
+  if (inc[0]) {
     Map1Grid<true>(dout, da, g, dst, a, n, f);
   } else {
     Map1Grid<false>(dout, da, g, dst, a, n, f);
@@ -178,15 +189,10 @@ HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          int64_t n, F f) {
   using TO = hn::TFromD<DO>;
   if (n <= 0 || rs.rows <= 0) return;
-  int fa = ainc, fb = binc;
-  Rows g = rs;
-  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb)) {
-    g = Rows{1, 0, 0, 0};
-    n *= rs.rows;
-  } else {
-    fa = ainc;
-    fb = binc;
-  }
+  int inc[2] = {ainc, binc};
+  Rows g;
+  FlattenRows(rs, {rs.a, rs.b}, inc, &g, &n);
+  const int fa = inc[0], fb = inc[1];
   if (fa && fb) {
     Map2Grid<true, true>(dout, da, g, dst, a, b, n, f);
   } else if (fa) {
@@ -235,25 +241,18 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
 }
 
 // Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T), over a
-// block of rows. All-contiguous rows get the unrolled loop; other increment patterns (rarer)
-// pick each source per vector.
+// block of rows: a contiguous source a gets a loop specialised for b and c contiguous or
+// broadcast (Map3Grid); a broadcast a (rare) picks its sources per vector.
 template <class D, class F>
 HWY_INLINE void Map3Rows(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
                          const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc,
                          int64_t n, F f) {
   using T = hn::TFromD<D>;
   if (n <= 0 || rs.rows <= 0) return;
-  int fa = ainc, fb = binc, fc = cinc;
-  Rows g = rs;
-  if (rs.flat_dst(n) && Rows::flat_src(n, ainc, rs.a, &fa) && Rows::flat_src(n, binc, rs.b, &fb) &&
-      Rows::flat_src(n, cinc, rs.c, &fc)) {
-    g = Rows{1, 0, 0, 0, 0};
-    n *= rs.rows;
-  } else {
-    fa = ainc;
-    fb = binc;
-    fc = cinc;
-  }
+  int inc[3] = {ainc, binc, cinc};
+  Rows g;
+  FlattenRows(rs, {rs.a, rs.b, rs.c}, inc, &g, &n);
+  const int fa = inc[0], fb = inc[1], fc = inc[2];
   if (fa && fb && fc) return Map3Grid<true, true>(d, g, dst, a, b, c, n, f);
   if (fa && fb) return Map3Grid<true, false>(d, g, dst, a, b, c, n, f);
   if (fa && fc) return Map3Grid<false, true>(d, g, dst, a, b, c, n, f);
