@@ -299,6 +299,94 @@ TEST(Verifier, RejectsBadChains) {
   EXPECT_TRUE(verify(p, nullptr).is_ok()) << verify(p, nullptr).message();
 }
 
+// Row max and log-sum-exp of s = x * 0.5 over the 6 x 1100 tile space (rows longer than a
+// strip, a partial row tile): as one chain of four (s kept: read after the chain; exp(s)
+// chain-local, summed strip by strip) or as four passes. out[r, c] = s - max_r, row
+// results m[r] = max_r and l[r] = sum_c exp(s).
+Program chain_reduce_program(bool chained) {
+  Program p = chain_program(false);
+  p.code.clear();
+  p.num_regs = 4;
+  p.descs = {desc(0, {1100, 1}), desc(1, {1, 0}), desc(2, {1, 0}), desc(3, {1100, 1})};
+  const uint16_t max_cols = reduce_aux(ReduceOp::kMax, false, true);
+  const uint16_t sum_cols = reduce_aux(ReduceOp::kSum, false, true);
+  p.emit(ins(Opcode::kFill, CType::kF32, kRowC, r(2, kRowC), {}, {}, max_cols));
+  p.emit(ins(Opcode::kFill, CType::kF32, kRowC, r(3, kRowC), {}, {}, sum_cols));
+  if (chained) p.emit(ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, chain_aux(4, 1)));
+  p.emit(ins(Opcode::kBMul, CType::kF32, kFull, r(0), Operand::desc(0), Operand::constant(0)));
+  p.emit(ins(Opcode::kReduce, CType::kF32, kFull, r(2, kRowC), r(0), {}, max_cols));
+  p.emit(ins(Opcode::kUExp, CType::kF32, kFull, r(1), r(0)));
+  p.emit(ins(Opcode::kReduce, CType::kF32, kFull, r(3, kRowC), r(1), {}, sum_cols));
+  p.emit(ins(Opcode::kBSub, CType::kF32, kFull, Operand::desc(3), r(0), r(2, kRowC)));
+  p.emit(ins(Opcode::kStore, CType::kF32, kRowC, Operand::desc(1), r(2, kRowC)));
+  p.emit(ins(Opcode::kStore, CType::kF32, kRowC, Operand::desc(2), r(3, kRowC)));
+  return p;
+}
+
+TEST(Verifier, ChainWithReductionsMatchesSeparatePasses) {
+  Program p = chain_reduce_program(true), q = chain_reduce_program(false);
+  ASSERT_TRUE(verify(p, nullptr).is_ok()) << verify(p, nullptr).message();
+  ASSERT_TRUE(verify(q, nullptr).is_ok()) << verify(q, nullptr).message();
+  EXPECT_NE(disassemble(p).find("chain.f32.full body 4 keep 0"), std::string::npos)
+      << disassemble(p);
+  auto make_bufs = [] {
+    auto b = chain_buffers();
+    b[2].assign(6, 0.0f);  // the row sums (slot 2 held w)
+    return b;
+  };
+  auto chained = make_bufs(), separate = make_bufs();
+  run(p, &chained);
+  run(q, &separate);
+  for (int row = 0; row < 6; ++row) {
+    double mx = -INFINITY, sum = 0;
+    for (int c = 0; c < 1100; ++c) {
+      const double s = static_cast<double>(chained[0][row * 1100 + c] * 0.5f);
+      mx = std::max(mx, s);
+      sum += std::exp(s);
+    }
+    // Max is exact in any order; the strip-by-strip sum may round differently.
+    ASSERT_EQ(chained[1][row], separate[1][row]) << row;
+    ASSERT_EQ(chained[1][row], static_cast<float>(mx)) << row;
+    ASSERT_NEAR(chained[2][row], sum, 1e-5 * sum) << row;
+    ASSERT_NEAR(separate[2][row], sum, 1e-5 * sum) << row;
+    for (int c = 0; c < 1100; ++c) {
+      const int i = row * 1100 + c;
+      ASSERT_EQ(chained[3][i], separate[3][i]) << i;
+      ASSERT_EQ(chained[3][i], chained[0][i] * 0.5f - chained[1][row]) << i;
+    }
+  }
+}
+
+TEST(Verifier, RejectsBadChainReductions) {
+  auto with = [](size_t i, const Instr& in) {
+    Program p = chain_reduce_program(true);
+    set_instr(&p, i, in);
+    return p;
+  };
+  const uint16_t sum_cols = reduce_aux(ReduceOp::kSum, false, true);
+  // The keep mask names members of the body only, and only members writing a register.
+  expect_rejected(with(2, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, chain_aux(4, 0x11))),
+                  "keep mask names members past its body");
+  expect_rejected(with(2, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, chain_aux(4, 3))),
+                  "does not write a register");
+  // Another member reading the accumulator would see a partial result.
+  Instr exp_minus_max = ins(Opcode::kUExp, CType::kF32, kFull, r(1), r(0), r(2, kRowC));
+  exp_minus_max.flags = kPreSub;
+  expect_rejected(with(5, exp_minus_max), "r2, a reduction's accumulator");
+  // An accumulator used earlier in the same chain.
+  expect_rejected(
+      with(6, ins(Opcode::kReduce, CType::kF32, kFull, r(0, kRowC), r(1), {}, sum_cols)),
+      "accumulates into r0, used before in the chain");
+  // Only f32 sum, max and min over the columns.
+  expect_rejected(with(6, ins(Opcode::kReduce, CType::kF32, kFull, r(3, kRowC), r(1), {},
+                              reduce_aux(ReduceOp::kProd, false, true))),
+                  "not allowed in a chain body");
+  // The chain-local exp(s) is undefined after the chain.
+  Program p = chain_reduce_program(true);
+  p.emit(ins(Opcode::kStore, CType::kF32, kFull, Operand::desc(3), r(1)));
+  expect_rejected(p, "r1 is read before it is written");
+}
+
 // ---- corruption, one field at a time --------------------------------------------------
 
 TEST(Verifier, RejectsRegisterIndexOutOfRange) {
@@ -574,7 +662,7 @@ TEST(Isa, TableChangesBumpTheFormatVersion) {
     uint32_t version;
     uint64_t fingerprint;
   };
-  constexpr Golden kGolden = {2, 12276180549071300530ull};
+  constexpr Golden kGolden = {3, 12276180549071300530ull};
   EXPECT_EQ(kFormatVersion, kGolden.version)
       << "kFormatVersion changed: record the fingerprint " << h << " for it here";
   EXPECT_EQ(h, kGolden.fingerprint)

@@ -1118,6 +1118,48 @@ TEST(VmConcatSplit, RotaryMatchesReference) {
   }
 }
 
+// Row reductions of values computed just before them run in the same chain (exp(x - max)
+// summed strip by strip without a pass through a register; x - max kept for after): log
+// softmax, a sum of squares of centred values, and a max and min of scaled values, over
+// short rows, tails, rows longer than a strip, and an empty tensor.
+TEST(VmChainReductions, MatchReference) {
+  KernelBuilder kb("chain_red");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value x = kb.load("x", DType::kF32, {R, C});
+  Value g = kb.load("g", DType::kF32, {C});
+  Value c = kb.sub(x, kb.max(x, {-1}, true));
+  kb.store("logsoftmax",
+           kb.sub(c, kb.unary(UnaryOp::kLog, kb.sum(kb.unary(UnaryOp::kExp, c), {-1}, true))));
+  Value h = kb.sub(x, kb.mean(x, {-1}, true));
+  kb.store("var", kb.sum(kb.mul(h, h), {-1}, true));
+  Value s = kb.mul(x, g);
+  kb.store("range", kb.sub(kb.max(s, {-1}, true),
+                           kb.reduce(ReduceOp::kMin, kb.unary(UnaryOp::kTanh, s), {-1}, true)));
+  BUILD(kb, k);
+  std::mt19937 rng(55);
+  for (bool transposed : {false, true}) {
+    for (auto [r, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 5}, {1, 1}, {5, 7}, {33, 32}, {7, 1100}, {3, 16384}, {2, 20000}}) {
+      check(k,
+            {make_buffer(DType::kF32, {r, cols}, rng, transposed, 2),
+             make_buffer(DType::kF32, {cols}, rng)},
+            {.tol = Tol::kReduce,
+             .n = cols,
+             .outs = {Out::kStrided, Out::kContig, Out::kContig},
+             .what = std::to_string(r) + "x" + std::to_string(cols) +
+                     (transposed ? " transposed" : "")});
+    }
+  }
+  auto ck = CompiledKernel::create(k).value();
+  Buffer xb = make_buffer(DType::kF32, {7, 1100}, rng), gb = make_buffer(DType::kF32, {1100}, rng);
+  Buffer y = make_buffer(DType::kF32, {7, 1100}, rng), v = make_buffer(DType::kF32, {7, 1}, rng),
+         w = make_buffer(DType::kF32, {7, 1}, rng);
+  TensorArg ins[] = {xb.arg, gb.arg}, outs[] = {y.arg, v.arg, w.arg};
+  auto text = ck->disassemble(ins, outs);
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_NE(text->find("chain.f32.full body 3 keep 0"), std::string::npos) << *text;
+}
+
 TEST(VmLarge, BinaryBroadcastF16StridedOut) {
   KernelBuilder kb("large_add");
   Dim S = kb.symbol("S"), H = kb.symbol("H");

@@ -91,8 +91,15 @@ std::string aux_str(const Instr& in) {
     }
     case Opcode::kMatMul:
       return fmt("  k a%u", in.aux);
-    case Opcode::kChain:
-      return fmt("body %u", in.aux);
+    case Opcode::kChain: {
+      std::string s = fmt("body %d", chain_length(in.aux));
+      if (in.aux >> 8) {
+        s += " keep";
+        for (int m = 0; m < kMaxChainBody; ++m)
+          if (chain_keeps(in.aux, m)) s += fmt(" %d", m);
+      }
+      return s;
+    }
     default:
       if (in.flags == kPreAdd || in.flags == kPreSub)  // D := op(A +/- B)
         return std::string(in.flags == kPreAdd ? "  pre add " : "  pre sub ") + operand_str(in.b);
@@ -175,7 +182,7 @@ std::string disassemble(const Program& p) {
     if (chain_left > 0) {
       --chain_left;
     } else if (in.op == Opcode::kChain) {
-      chain_left = std::min<size_t>(in.aux, kMaxChainBody);
+      chain_left = std::min<size_t>(chain_length(in.aux), kMaxChainBody);
     }
     if (in.op == Opcode::kLoop && depth < 64) ++depth;
   }

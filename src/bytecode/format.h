@@ -42,7 +42,7 @@
 
 namespace dvm::bc {
 
-inline constexpr uint32_t kFormatVersion = 2;  // 2: Chain
+inline constexpr uint32_t kFormatVersion = 3;  // 2: Chain; 3: chain reductions, keep mask
 inline constexpr int kMaxAxes = 16;
 inline constexpr int kMaxOperandIndex = 4095;
 
@@ -59,6 +59,18 @@ enum class Family : uint8_t { kControl, kData, kReduce, kUnary, kBinary, kChain 
 // Chain: body length limits (see isa.def).
 inline constexpr int kMinChainBody = 2;
 inline constexpr int kMaxChainBody = 8;
+
+// A chain head's AUX: the body length in the low byte, the keep mask in the high byte (bit
+// i: body member i's destination register stays defined after the chain).
+constexpr int chain_length(uint16_t aux) {
+  return aux & 0xFF;
+}
+constexpr bool chain_keeps(uint16_t aux, int member) {
+  return (aux >> (8 + member)) & 1;
+}
+constexpr uint16_t chain_aux(int length, unsigned keep_mask) {
+  return static_cast<uint16_t>((length & 0xFF) | ((keep_mask & 0xFF) << 8));
+}
 
 struct OpInfo {
   const char* mnemonic;
@@ -166,9 +178,20 @@ struct Instr {
   Operand d, a, b, c;
 };
 
+// Is `in` a reduction that a Chain body may hold: f32 sum, max or min (reduce) or sum of
+// products (reduce.dot) over the columns only, into a register of one value per row?
+constexpr bool chain_reduce_op(const Instr& in) {
+  if (in.ctype != CType::kF32 || in.flags != 0) return false;
+  if (in.op != Opcode::kReduce && in.op != Opcode::kReduceDot) return false;
+  const ReduceOp r = aux_reduce_op(in.aux);
+  return !aux_rows(in.aux) && aux_cols(in.aux) &&
+         (r == ReduceOp::kSum || r == ReduceOp::kMax || r == ReduceOp::kMin);
+}
+
 // Can `in` be an instruction of a Chain body (see isa.def)? Opcode, compute type and flags.
 constexpr bool chain_body_op(const Instr& in) {
   if (in.ctype != CType::kF32) return false;
+  if (chain_reduce_op(in)) return true;
   if (in.op == Opcode::kFma) return in.flags == 0;
   if (is_unary(in.op)) {
     return !ops::is_predicate(unary_of(in.op)) &&

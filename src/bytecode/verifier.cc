@@ -170,6 +170,7 @@ class Verifier {
   Status check_instr(const Instr& in);
   Status check_chain(const Instr& in);
   Status check_chain_body(const Instr& in, const Use* uses, int n);
+  void note_chain_member(const Instr& in);
   void end_chain();
   void note_read(int reg);
   void collect_spans(std::vector<std::pair<int64_t, int64_t>>* spans) const;
@@ -184,10 +185,16 @@ class Verifier {
   std::vector<char> reached_;                       // per descriptor: used where it runs
   // The open Chain: its last body pc (0: none), class, and per register the body pc of its
   // first read before any body write (-1: none) and whether a body instruction wrote it.
+  // The head's pc and AUX (its keep mask), and per register whether a body reduction
+  // accumulates into it or a body member marked keep defines it.
   size_t chain_end_ = 0;
+  size_t chain_head_ = 0;
+  uint16_t chain_aux_ = 0;
   TileClass chain_cls_ = TileClass::kFull;
   std::vector<int64_t> chain_read_;
   std::vector<char> chain_written_;
+  std::vector<char> chain_acc_;
+  std::vector<char> chain_kept_;
 };
 
 Status Verifier::header_error(const std::string& what) const {
@@ -544,27 +551,47 @@ Status Verifier::check_aliasing(const Use* uses, int n) const {
   return Status::ok();
 }
 
-// Chain: the body is the next aux instructions, each verified as usual plus the body rules
-// (check_chain_body); registers written by all but the last are undefined after it.
+// Chain: the body is the next chain_length(aux) instructions, each verified as usual plus
+// the body rules (check_chain_body); registers written by body members are undefined after
+// it, except the last member's destination, members marked keep and reduction accumulators.
 Status Verifier::check_chain(const Instr& in) {
   if (in.ctype != CType::kF32 || in.flags != 0) return error("chain requires f32 and no flags");
-  if (in.aux < kMinChainBody || in.aux > kMaxChainBody)
-    return error("chain body of " + std::to_string(in.aux) + " instructions (allowed " +
+  const int length = chain_length(in.aux);
+  if (length < kMinChainBody || length > kMaxChainBody)
+    return error("chain body of " + std::to_string(length) + " instructions (allowed " +
                  std::to_string(kMinChainBody) + ".." + std::to_string(kMaxChainBody) + ")");
-  if (pc_ + in.aux >= p_.num_instrs()) return error("chain body runs past the end of the code");
-  chain_end_ = pc_ + in.aux;
+  if ((in.aux >> 8) >> length) return error("chain keep mask names members past its body");
+  if (pc_ + length >= p_.num_instrs()) return error("chain body runs past the end of the code");
+  chain_end_ = pc_ + length;
+  chain_head_ = pc_;
+  chain_aux_ = in.aux;
   chain_cls_ = in.cls;
   chain_read_.assign(regs_.size(), -1);
   chain_written_.assign(regs_.size(), 0);
+  chain_acc_.assign(regs_.size(), 0);
+  chain_kept_.assign(regs_.size(), 0);
   return Status::ok();
 }
 
 Status Verifier::check_chain_body(const Instr& in, const Use* uses, int n) {
   if (in.cls != chain_cls_) return error("chain body instruction of another class");
-  bool last = pc_ == chain_end_;
+  const bool last = pc_ == chain_end_;
+  const bool reduction = chain_reduce_op(in);
+  const bool keep = chain_keeps(chain_aux_, static_cast<int>(pc_ - chain_head_ - 1));
+  if (keep && (reduction || in.d.kind != OperandKind::kReg))
+    return error("chain keep mask marks a member that does not write a register");
   for (int i = 0; i < n; ++i) {
     const Use& u = uses[i];
     bool reg = u.o.kind == OperandKind::kReg;
+    std::string r = reg ? std::to_string(u.o.index).insert(0, 1, 'r') : std::string();
+    // Strips would see a partial sum: an accumulator is the reduction's alone.
+    if (reg && chain_acc_[u.o.index])
+      return error("chain body uses " + r + ", a reduction's accumulator in the same chain");
+    if (u.access == Access::kReadWrite) {  // a reduction's accumulator
+      if (chain_written_[u.o.index] || chain_read_[u.o.index] >= 0)
+        return error("chain reduction accumulates into " + r + ", used before in the chain");
+      continue;
+    }
     if (u.access == Access::kRead) {
       if (reg && !chain_written_[u.o.index] && chain_read_[u.o.index] < 0)
         chain_read_[u.o.index] = static_cast<int64_t>(pc_);
@@ -572,15 +599,26 @@ Status Verifier::check_chain_body(const Instr& in, const Use* uses, int n) {
     }
     if (!last && !reg) return error("chain body writes memory before its last instruction");
     if (!reg) continue;
-    std::string r = std::to_string(u.o.index).insert(0, 1, 'r');
     int64_t first_read = chain_read_[u.o.index];
     // Strips would see the new value where the body expects the old one (broadcast reads).
     if (first_read >= 0 && !(last && first_read == static_cast<int64_t>(pc_)))
       return error("chain body writes " + r + " after reading it");
-    if (last && chain_written_[u.o.index])
+    if (last && chain_written_[u.o.index] && !chain_kept_[u.o.index])
       return error("chain result " + r + " is also a chain-local value");
   }
   return Status::ok();
+}
+
+// Marks what a body member defines for after the chain: its accumulator (a reduction) or its
+// destination (marked keep).
+void Verifier::note_chain_member(const Instr& in) {
+  if (chain_reduce_op(in)) {
+    chain_acc_[in.d.index] = 1;
+  } else if (chain_keeps(chain_aux_, static_cast<int>(pc_ - chain_head_ - 1))) {
+    chain_kept_[in.d.index] = 1;
+  } else if (in.d.kind == OperandKind::kReg) {
+    chain_kept_[in.d.index] = 0;  // redefined chain-local
+  }
 }
 
 // Chain-local values live in strip scratch only: undefined once the chain has run.
@@ -588,7 +626,7 @@ void Verifier::end_chain() {
   const Instr last = p_.instr(chain_end_);
   for (size_t r = 0; r < regs_.size(); ++r) {
     bool result = last.d.kind == OperandKind::kReg && last.d.index == r;
-    if (chain_written_[r] && !result) regs_[r] = RegType{};
+    if (chain_written_[r] && !result && !chain_acc_[r] && !chain_kept_[r]) regs_[r] = RegType{};
   }
   chain_end_ = 0;
 }
@@ -600,7 +638,7 @@ Status Verifier::check_instr(const Instr& in) {
   if (family == Family::kChain && !in_chain) return check_chain(in);
   if (family == Family::kControl && !in_chain) return check_control(in);
   if (in_chain && !chain_body_op(in))
-    return error("not an f32 elementwise op: not allowed in a chain body");
+    return error("not an f32 elementwise op or row reduction: not allowed in a chain body");
   Use uses[4];
   int n = operand_uses(in, uses);
   for (int i = 0; i < n; ++i) {
@@ -621,6 +659,7 @@ Status Verifier::check_instr(const Instr& in) {
     record_write(uses[i]);
     if (in_chain) chain_written_[uses[i].o.index] = 1;
   }
+  if (in_chain) note_chain_member(in);
   if (in_chain && pc_ == chain_end_) end_chain();
   return Status::ok();
 }

@@ -450,17 +450,36 @@ void Emitter::pre_op_peephole() {
   drop_dead(dead, &code_);
 }
 
-// Chain members: f32 elementwise math over full tiles or column vectors (row-class values are
-// one per row: a strip would be a single element).
+// Chain members: f32 elementwise math and row reductions over full tiles or column vectors
+// (row-class values are one per row: a strip would be a single element).
 bool chainable(const bc::Instr& in) {
   return bc::chain_body_op(in) && (in.cls == TileClass::kFull || in.cls == TileClass::kCol);
 }
 
-// Can code[i, j) be a chain body? Every member but the last writes a register read only by
-// later members (chain-local: the verifier makes it undefined after the chain).
+bool uses_reg(const bc::Instr& in, int reg) {
+  int used = used_fields(in);
+  for (int k = 0; k < 4; ++k) {
+    const Operand* o = field(const_cast<bc::Instr&>(in), k);
+    if ((used >> k & 1) && o->kind == bc::OperandKind::kReg && o->index == reg) return true;
+  }
+  return false;
+}
+
+// Can code[i, j) be a chain body? Every elementwise member but the last writes a register
+// defined only there: chain-local when every read of it is inside the run, else marked keep
+// in *keep (the chain writes it in place); at least one is chain-local. A reduction's
+// accumulator is touched by no other member (strips would see partial results).
 bool chain_ok(const std::vector<bc::Instr>& code, const std::vector<int>& reads,
-              const std::vector<int>& def_at, size_t i, size_t j) {
-  for (size_t m = i; m + 1 < j; ++m) {
+              const std::vector<int>& def_at, size_t i, size_t j, unsigned* keep) {
+  *keep = 0;
+  int local = 0;
+  for (size_t m = i; m < j; ++m) {
+    if (bc::chain_reduce_op(code[m])) {
+      for (size_t q = i; q < j; ++q)
+        if (q != m && uses_reg(code[q], code[m].d.index)) return false;
+      continue;
+    }
+    if (m + 1 == j) break;
     const Operand& d = code[m].d;
     if (d.kind != bc::OperandKind::kReg || def_at[d.index] != static_cast<int>(m)) return false;
     int inside = 0;
@@ -472,15 +491,54 @@ bool chain_ok(const std::vector<bc::Instr>& code, const std::vector<int>& reads,
         if ((used >> k & 1) && o->kind == bc::OperandKind::kReg && o->index == d.index) ++inside;
       }
     }
-    if (inside != reads[d.index]) return false;
+    if (inside != reads[d.index]) {
+      *keep |= 1u << (m - i);
+    } else {
+      ++local;
+    }
   }
-  return true;
+  // Without a chain-local value the strips save no pass, and short rows would pay a kernel
+  // call per strip and member instead of one per tile and instruction.
+  return local > 0;
 }
 
-// Runs of elementwise instructions whose intermediates are read only inside the run become
-// one Chain: the run makes one strip-mined pass over the tile with its intermediates in L1,
-// instead of one pass per instruction through tile registers (chain10: 6 passes -> 1).
+// A reduction's Fill moves up over the chainable instructions just before it (none of them
+// touches its accumulator), so that the reduction can join their chain: softmax's
+// `s = x * c; fill m; m = max(s)` becomes `fill m; chain(s = x * c; m = max(s))`. Only that
+// far: an accumulator live longer than needed would cost a register.
+void Emitter::hoist_fills() {
+  for (size_t p = 1; p < code_.size(); ++p) {
+    if (code_[p].op != bc::Opcode::kFill) continue;
+    const int acc = code_[p].d.index;
+    for (size_t q = p; q > 0 && chainable(code_[q - 1]) && !uses_reg(code_[q - 1], acc); --q)
+      std::swap(code_[q - 1], code_[q]);
+  }
+}
+
+// Undoes hoist_fills where no chain formed: a Fill moves back down to just before the first
+// use of its accumulator (or a chain head, a loop boundary), so that it starts no register's
+// life earlier than needed.
+void Emitter::sink_fills() {
+  for (size_t p = code_.size(); p-- > 0;) {
+    if (code_[p].op != bc::Opcode::kFill) continue;
+    const int acc = code_[p].d.index;
+    for (size_t q = p; q + 1 < code_.size(); ++q) {
+      const bc::Instr& next = code_[q + 1];
+      if (next.op == bc::Opcode::kChain || next.op == bc::Opcode::kLoop ||
+          next.op == bc::Opcode::kEndLoop || uses_reg(next, acc))
+        break;
+      std::swap(code_[q], code_[q + 1]);
+    }
+  }
+}
+
+// Runs of elementwise instructions and row reductions become one Chain: the run makes one
+// strip-mined pass over the tile with its chain-local intermediates in L1, instead of one
+// pass per instruction through tile registers (chain10: 6 passes -> 1), and a reduction of a
+// value computed in the run never stores it (log-sum-exp: exp(x - m) is summed strip by
+// strip).
 void Emitter::chain_peephole() {
+  hoist_fills();
   std::vector<int> reads, def_at;
   count_uses(code_, num_vregs_, &reads, &def_at);
   std::vector<bc::Instr> out;
@@ -491,8 +549,9 @@ void Emitter::chain_peephole() {
            chainable(code_[e]) && code_[e].cls == code_[i].cls)
       ++e;
     size_t end = i;
+    unsigned keep = 0;
     for (size_t j = e; j >= i + bc::kMinChainBody && end == i; --j)
-      if (chain_ok(code_, reads, def_at, i, j)) end = j;
+      if (chain_ok(code_, reads, def_at, i, j, &keep)) end = j;
     if (end == i) {
       out.push_back(code_[i++]);
       continue;
@@ -501,7 +560,7 @@ void Emitter::chain_peephole() {
                             CType::kF32,
                             code_[i].cls,
                             0,
-                            static_cast<uint16_t>(end - i),
+                            bc::chain_aux(static_cast<int>(end - i), keep),
                             {},
                             {},
                             {},
@@ -509,6 +568,7 @@ void Emitter::chain_peephole() {
     for (; i < end; ++i) out.push_back(code_[i]);
   }
   code_ = std::move(out);
+  sink_fills();
 }
 
 // Shrinks parallel tile chunks until the live registers fit the L1 budget.
@@ -600,7 +660,7 @@ Status Emitter::allocate_registers() {
   // none may share a register with another (see the body rules in isa.def).
   for (int pc = 0; pc < static_cast<int>(code_.size()); ++pc) {
     if (code_[pc].op != bc::Opcode::kChain) continue;
-    int end = pc + code_[pc].aux;
+    int end = pc + bc::chain_length(code_[pc].aux);
     for (int v = 0; v < n; ++v) {
       if (last[v] < pc || first[v] > end) continue;
       first[v] = std::min(first[v], pc);

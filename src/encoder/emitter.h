@@ -59,6 +59,8 @@ class Emitter {
   void fma_peephole();
   void pre_op_peephole();
   void dot_peephole();
+  void hoist_fills();
+  void sink_fills();
   void chain_peephole();
   void fit_tile_to_cache();
   void loop_outer_axis();

@@ -380,6 +380,7 @@ struct ChainOperand {
 // with a pre-op); d, a, b, c (fma).
 int chain_fields(const Instr& in) {
   if (in.op == bc::Opcode::kFma) return 4;
+  if (in.op == bc::Opcode::kReduceDot) return 3;
   return in.flags != 0 || bc::is_binary(in.op) ? 3 : 2;
 }
 
@@ -405,7 +406,7 @@ bool read_again(const Instr* body, int k, int from, int reg) {
 // trip's rows fit a strip: one kernel call covers several trips of a small tile.
 void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
   const Instr& head = lp_.instrs[pc];
-  const int k = head.aux;
+  const int k = bc::chain_length(head.aux);
   const Instr* body = &lp_.instrs[pc + 1];
   // Thread-local strips: a 28 KiB stack frame would be probed page by page on every call.
   alignas(64) static thread_local float scratch[bc::kMaxChainBody - 1][kChainStrip];
@@ -482,7 +483,13 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
           blk.oa = os(o[1]);
           blk.ob = os(o[2]);
           blk.oc = os(o[3]);
-          if (in.op == bc::Opcode::kFma) {
+          if (in.op == bc::Opcode::kReduce) {  // the accumulator is one value per block row
+            cpu::reduce_row_f32_rows(bc::aux_reduce_op(in.aux), cpu::Rows{nb, o[0].rs, rs(o[1])},
+                                     at(o[0]), at(o[1]), inc(o[1]), n);
+          } else if (in.op == bc::Opcode::kReduceDot) {
+            cpu::dot_row_f32_rows(cpu::Rows{nb, o[0].rs, rs(o[1]), rs(o[2])}, at(o[0]), at(o[1]),
+                                  inc(o[1]), at(o[2]), inc(o[2]), n);
+          } else if (in.op == bc::Opcode::kFma) {
             cpu::fma_f32_rows(blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]),
                               inc(o[3]), n);
           } else if (bc::is_binary(in.op)) {
@@ -513,7 +520,7 @@ void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
   const int64_t tile = rows_of(first.cls) * cols_of(first.cls);
   const int64_t batch = tile > 0 ? std::max<int64_t>(1, kChainStrip / tile) : 1;
   for (int64_t t = begin; t < end; t += batch) {
-    for (int32_t c = pc + 1; c < stop; c += lp_.instrs[c].aux + 1) {
+    for (int32_t c = pc + 1; c < stop; c += bc::chain_length(lp_.instrs[c].aux) + 1) {
       set_axis(axis, t);
       exec_chain(c, axis, std::min(batch, end - t));
     }
@@ -733,7 +740,7 @@ void BlockRunner::run(int64_t block) {
       }
       case bc::Opcode::kChain:
         exec_chain(pc);
-        pc += in.aux;  // the body ran inside the chain
+        pc += bc::chain_length(in.aux);  // the body ran inside the chain
         break;
       default:
         exec(in);
@@ -835,7 +842,8 @@ int fusable_pair(const Instr* body, int k, int i) {
 // included: the row kernels are elementwise). The last instruction writes its destination
 // in place.
 void plan_chain(LoadedProgram* lp, size_t pc) {
-  const int k = lp->instrs[pc].aux;
+  const uint16_t aux = lp->instrs[pc].aux;
+  const int k = bc::chain_length(aux);
   const Instr* body = &lp->instrs[pc + 1];
   int slot_reg[bc::kMaxChainBody - 1];  // register held by each strip, -1 free
   int slots = 0;
@@ -855,12 +863,15 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
     // Free the strips whose values are not read again (before being redefined).
     for (int s = 0; s < slots; ++s)
       if (slot_reg[s] >= 0 && !read_again(body, k, i + 1, slot_reg[s])) slot_reg[s] = -1;
-    if (i + 1 == k) {
-      if (in.d.kind == OperandKind::kReg) plan[0] = static_cast<int8_t>(slot_of(in.d.index));
-      break;
+    // The last member, a reduction's accumulator and a kept value are written in place.
+    if (i + 1 == k || bc::chain_reduce_op(in)) {
+      if (i + 1 == k && in.d.kind == OperandKind::kReg)
+        plan[0] = static_cast<int8_t>(slot_of(in.d.index));
+      continue;
     }
     for (int t = 0; t < slots; ++t)  // a redefinition: later reads see the new value only
       if (slot_reg[t] == in.d.index) slot_reg[t] = -1;
+    if (bc::chain_keeps(aux, i)) continue;
     int s = slot_of(-1);
     if (s < 0) s = slots++;
     slot_reg[s] = in.d.index;
@@ -868,6 +879,7 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
   }
   for (int i = 0; i + 1 < k; ++i) {
     if (i > 0 && lp->chain_fuse[pc + i] != 0) continue;  // body[i] is the previous pair's mul
+    if (bc::chain_keeps(aux, i)) continue;               // its value must reach its register
     lp->chain_fuse[pc + 1 + i] = static_cast<int8_t>(fusable_pair(body, k, i));
   }
 }
@@ -877,9 +889,9 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
 bool only_chains(const LoadedProgram& lp, size_t pc) {
   const size_t stop = static_cast<size_t>(lp.loop_end[pc]);
   if (stop <= pc + 1) return false;
-  for (size_t c = pc + 1; c < stop; c += lp.instrs[c].aux + 1) {
+  for (size_t c = pc + 1; c < stop; c += bc::chain_length(lp.instrs[c].aux) + 1) {
     if (lp.instrs[c].op != bc::Opcode::kChain) return false;
-    for (size_t i = c + 1; i <= c + lp.instrs[c].aux && i < stop; ++i) {
+    for (size_t i = c + 1; i <= c + bc::chain_length(lp.instrs[c].aux) && i < stop; ++i) {
       const Instr& in = lp.instrs[i];
       const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
       for (int f = 0; f < chain_fields(in); ++f)
