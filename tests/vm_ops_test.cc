@@ -1078,6 +1078,9 @@ TEST(VmFusedPairs, MatchReference) {
   kb.store("norm_apply", kb.mul(kb.mul(a, s), bias));
   kb.store("exp_sub", kb.mul(kb.unary(UnaryOp::kExp, kb.sub(a, bias)), s));
   kb.store("gelu_bias", kb.mul(b, kb.unary(UnaryOp::kGeluTanh, kb.add(bias, a))));
+  // A product feeding an fma's addend (neg included): one fused_mul_add call.
+  kb.store("two_products", kb.add(kb.mul(a, bias), kb.mul(b, s)));
+  kb.store("neg_product", kb.add(kb.mul(b, bias), kb.mul(kb.unary(UnaryOp::kNeg, a), s)));
   BUILD(kb, k);
   std::mt19937 rng(54);
   for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
@@ -1086,7 +1089,8 @@ TEST(VmFusedPairs, MatchReference) {
           {make_buffer(DType::kF32, {r, c}, rng, true, 2), make_buffer(DType::kF32, {r, c}, rng),
            make_buffer(DType::kF32, {c}, rng), make_buffer(DType::kF32, {r, 1}, rng)},
           {.tol = Tol::kTrans,
-           .outs = {Out::kContig, Out::kStrided, Out::kContig, Out::kStrided, Out::kContig},
+           .outs = {Out::kContig, Out::kStrided, Out::kContig, Out::kStrided, Out::kContig,
+                    Out::kContig, Out::kStrided},
            .what = std::to_string(r) + "x" + std::to_string(c)});
   }
 }

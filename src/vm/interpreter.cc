@@ -434,14 +434,22 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
   // Short rows run in blocks of several rows per strip (one kernel call per block, scratch
   // rows back to back); rows longer than a strip run strip by strip. Whole trips join a
   // block while they fit.
-  const int64_t block_rows = cols > 0 && cols < kChainStrip ? kChainStrip / cols : 1;
-  const int64_t trips_per_call = trips > 1 && rows <= block_rows ? block_rows / rows : 1;
+  // A chain whose kernels all read and write memory or kept registers (its intermediates
+  // fused away) needs no strips: one call per member covers the whole tile and all trips.
+  const bool direct = lp_.chain_direct[pc];
+  const int64_t strip = direct ? std::max<int64_t>(cols, 1) : kChainStrip;
+  const int64_t block_rows = direct                           ? std::max<int64_t>(rows, 1)
+                             : cols > 0 && cols < kChainStrip ? kChainStrip / cols
+                                                              : 1;
+  const int64_t trips_per_call = direct                            ? trips
+                                 : trips > 1 && rows <= block_rows ? block_rows / rows
+                                                                   : 1;
   for (int64_t t = 0; t < trips; t += trips_per_call) {
     const int64_t nt = std::min(trips_per_call, trips - t);
     for (int64_t r = 0; r < rows; r += block_rows) {
       const int64_t nb = std::min(block_rows, rows - r);
-      for (int64_t c0 = 0; c0 < cols; c0 += kChainStrip) {
-        const int64_t n = std::min(kChainStrip, cols - c0);
+      for (int64_t c0 = 0; c0 < cols; c0 += strip) {
+        const int64_t n = std::min(strip, cols - c0);
         auto at = [&](const ChainOperand& o) {
           return o.scratch >= 0
                      ? scratch[o.scratch]
@@ -456,6 +464,33 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
           const Instr& in = body[i];
           const ChainOperand* o = ops[i];
           const int fuse = lp_.chain_fuse[pc + 1 + i];
+          if (fuse == LoadedProgram::kFuseMulFma || fuse == LoadedProgram::kFuseNegMulFma) {
+            // neg? (x = -a), mul (m = x * b), fma (d = p * q + m): one pass
+            const bool neg = fuse == LoadedProgram::kFuseNegMulFma;
+            const int mi = neg ? i + 1 : i;
+            const Instr& mul = body[mi];
+            const ChainOperand* fo = ops[mi + 1];  // the fma: d, p, q (its addend is the mul's)
+            const ChainOperand* x = &ops[mi][1];   // the mul's factors
+            const ChainOperand* y = &ops[mi][2];
+            if (neg) {  // the neg's source replaces the factor that is the neg's result
+              const bool neg_first =
+                  mul.a.kind == OperandKind::kReg && mul.a.index == body[i].d.index;
+              y = neg_first ? &ops[mi][2] : &ops[mi][1];
+              x = &ops[i][1];
+            }
+            cpu::Rows blk{nb, rs(fo[0]), rs(*x), rs(*y), rs(fo[1])};
+            blk.e = rs(fo[2]);
+            blk.outer = nt;
+            blk.od = os(fo[0]);
+            blk.oa = os(*x);
+            blk.ob = os(*y);
+            blk.oc = os(fo[1]);
+            blk.oe = os(fo[2]);
+            cpu::fused_mul_add_f32_rows(neg, blk, at(fo[0]), at(*x), inc(*x), at(*y), inc(*y),
+                                        at(fo[1]), inc(fo[1]), at(fo[2]), inc(fo[2]), n);
+            i = mi + 1;
+            continue;
+          }
           if (fuse != 0) {  // body[i] * (the other operand of body[i + 1]) -> its destination
             const ChainOperand* q = ops[i + 1];
             const ChainOperand& c = q[fuse == 1 ? 2 : 1];
@@ -511,14 +546,15 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
 // loop_of_chains): each chain runs over all of this block's trips at once. Chains read what
 // earlier chains of the same trip wrote only through memory, written already; trips write
 // disjoint memory.
-// The chains take turns by batches of trips that fill one strip, so that what one chain
-// reads the next finds in L1.
+// The chains take turns by batches of trips that fill four strips (16 KiB), so that what one
+// chain reads the next finds in L1 (one strip per batch paid a chain's set-up per 1024
+// elements: 30% of rotary's time over [S, 8, 64]).
 void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
   const int axis = lp_.instrs[pc].aux;
   const int32_t stop = lp_.loop_end[pc];
   const Instr& first = lp_.instrs[pc + 1];
   const int64_t tile = rows_of(first.cls) * cols_of(first.cls);
-  const int64_t batch = tile > 0 ? std::max<int64_t>(1, kChainStrip / tile) : 1;
+  const int64_t batch = tile > 0 ? std::max<int64_t>(1, 4 * kChainStrip / tile) : 1;
   for (int64_t t = begin; t < end; t += batch) {
     for (int32_t c = pc + 1; c < stop; c += bc::chain_length(lp_.instrs[c].aux) + 1) {
       set_axis(axis, t);
@@ -837,6 +873,38 @@ int fusable_pair(const Instr* body, int k, int i) {
   return is_reg(next.a) ? 1 : 2;
 }
 
+// Is body[i] a plain mul whose chain-local result only body[i + 1], an fma, reads, as its
+// addend (and nothing later)?
+bool mul_feeds_fma_addend(const Instr* body, int k, int i) {
+  if (i + 1 >= k) return false;
+  const Instr& mul = body[i];
+  const Instr& fma = body[i + 1];
+  if (!bc::is_binary(mul.op) || bc::binary_of(mul.op) != BinaryOp::kMul || mul.flags != 0)
+    return false;
+  if (fma.op != bc::Opcode::kFma || mul.d.kind != OperandKind::kReg) return false;
+  const auto is_reg = [&](const Operand& o) {
+    return o.kind == OperandKind::kReg && o.index == mul.d.index;
+  };
+  return is_reg(fma.c) && !is_reg(fma.a) && !is_reg(fma.b) && !is_reg(fma.d) &&
+         !read_again(body, k, i + 2, mul.d.index);
+}
+
+// Is body[i] a neg whose chain-local result only body[i + 1] reads, once, where body[i + 1]
+// is a mul feeding the fma after it (mul_feeds_fma_addend)?
+bool neg_feeds_mul_fma(const Instr* body, int k, int i) {
+  const Instr& neg = body[i];
+  if (!bc::is_unary(neg.op) || bc::unary_of(neg.op) != UnaryOp::kNeg || neg.flags != 0 ||
+      neg.d.kind != OperandKind::kReg || !mul_feeds_fma_addend(body, k, i + 1))
+    return false;
+  const Instr& mul = body[i + 1];
+  const auto is_reg = [&](const Operand& o) {
+    return o.kind == OperandKind::kReg && o.index == neg.d.index;
+  };
+  return is_reg(mul.a) != is_reg(mul.b) && !is_reg(mul.d) && !is_reg(body[i + 2].a) &&
+         !is_reg(body[i + 2].b) && !is_reg(body[i + 2].d) &&
+         !read_again(body, k, i + 3, neg.d.index);
+}
+
 // The scratch strips of a chain's registers (see LoadedProgram::chain_slot): chain-local
 // values get strips in program order; a strip is reused once its value is dead (in place
 // included: the row kernels are elementwise). The last instruction writes its destination
@@ -877,11 +945,43 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
     slot_reg[s] = in.d.index;
     plan[0] = static_cast<int8_t>(s);
   }
-  for (int i = 0; i + 1 < k; ++i) {
-    if (i > 0 && lp->chain_fuse[pc + i] != 0) continue;  // body[i] is the previous pair's mul
-    if (bc::chain_keeps(aux, i)) continue;               // its value must reach its register
-    lp->chain_fuse[pc + 1 + i] = static_cast<int8_t>(fusable_pair(body, k, i));
+  // Which fields each executed kernel call accesses: a fused group reads its inputs and
+  // writes its last member's destination; members it swallowed are never run.
+  bool direct = true;
+  const auto touches_scratch = [&](int m, std::initializer_list<int> fields) {
+    for (int f : fields)
+      if (lp->chain_slot[pc + 1 + m][f] >= 0) direct = false;
+  };
+  for (int i = 0; i < k;) {
+    int8_t& fuse = lp->chain_fuse[pc + 1 + i];
+    if (i + 1 == k) {  // the last member, on its own
+      touches_scratch(i, {0, 1, 2, 3});
+      break;
+    }
+    const bool keep0 = bc::chain_keeps(aux, i), keep1 = bc::chain_keeps(aux, i + 1);
+    if (!keep0 && !keep1 && neg_feeds_mul_fma(body, k, i)) {
+      fuse = LoadedProgram::kFuseNegMulFma;
+      const bool neg_first =
+          body[i + 1].a.kind == OperandKind::kReg && body[i + 1].a.index == body[i].d.index;
+      touches_scratch(i, {1});
+      touches_scratch(i + 1, {neg_first ? 2 : 1});
+      touches_scratch(i + 2, {0, 1, 2});
+      i += 3;
+    } else if (!keep0 && mul_feeds_fma_addend(body, k, i)) {
+      fuse = LoadedProgram::kFuseMulFma;
+      touches_scratch(i, {1, 2});
+      touches_scratch(i + 1, {0, 1, 2});
+      i += 2;
+    } else if (!keep0 && (fuse = static_cast<int8_t>(fusable_pair(body, k, i))) != 0) {
+      touches_scratch(i, {1, 2});
+      touches_scratch(i + 1, {0, fuse == 1 ? 2 : 1});
+      i += 2;  // body[i + 1] is the pair's mul
+    } else {
+      touches_scratch(i, {0, 1, 2, 3});
+      i += 1;
+    }
   }
+  lp->chain_direct[pc] = direct;
 }
 
 // Is the body of the loop at `pc` only chains whose register operands are all chain-local
@@ -922,6 +1022,7 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   }
   lp->chain_slot.assign(prog.num_instrs(), std::array<int8_t, 4>{-1, -1, -1, -1});
   lp->chain_fuse.assign(prog.num_instrs(), 0);
+  lp->chain_direct.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i)
     if (lp->instrs[i].op == bc::Opcode::kChain) plan_chain(lp.get(), i);
   lp->loop_of_chains.assign(prog.num_instrs(), 0);

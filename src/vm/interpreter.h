@@ -27,7 +27,13 @@ struct LoadedProgram {
   std::vector<std::array<int8_t, 4>> chain_slot;
   // Per chain body instruction: 1 or 2 when its result is read only by the next instruction,
   // a mul, as that mul's operand a or b: the pair runs as one cpu::fused_mul_f32_rows call.
+  // kFuseMulFma: a mul whose result is only the next instruction's fma addend; kFuseNegMulFma:
+  // a neg read only by such a mul: the two (three) run as one cpu::fused_mul_add_f32_rows.
   std::vector<int8_t> chain_fuse;
+  static constexpr int8_t kFuseMulFma = 3, kFuseNegMulFma = 4;
+  // Per Chain: 1 when no kernel call of the body reads or writes strip scratch (every
+  // intermediate fused away): the body then runs over whole tiles, not strips.
+  std::vector<char> chain_direct;
   // Per Loop: 1 if its body is only chains over memory and chain-local values; such a loop
   // runs each chain over all of a block's trips at once (3-D blocks, one call per strip).
   std::vector<char> loop_of_chains;

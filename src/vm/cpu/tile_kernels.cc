@@ -692,6 +692,51 @@ void FusedMulF32(int kind, UnaryOp op, int pre, const Rows& rs, float* dst, cons
   WithActivation(d, op, run);  // fused_mul_supported(op): one of them
 }
 
+// dst = p * q + (+-a) * b over a 3-D block; the all-contiguous case (rotary embedding,
+// complex products) gets its own loop, other increments pick each source per vector.
+template <bool kNeg>
+HWY_INLINE void MulAddRows(const Rows& rs, float* dst, const float* a, int ainc, const float* b,
+                           int binc, const float* p, int pinc, const float* q, int qinc,
+                           int64_t n) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto f = [](VF x, VF y, VF z, VF w)
+                     DVM_INL { return hn::MulAdd(z, w, hn::Mul(kNeg ? hn::Neg(x) : x, y)); };
+  const bool contiguous = ainc && binc && pinc && qinc;
+  for (int64_t k = 0; k < rs.outer; ++k) {
+    for (int64_t r = 0; r < rs.rows; ++r) {
+      float* dr = dst + k * rs.od + r * rs.d;
+      const float* ar = a + k * rs.oa + r * rs.a;
+      const float* br = b + k * rs.ob + r * rs.b;
+      const float* pr = p + k * rs.oc + r * rs.c;
+      const float* qr = q + k * rs.oe + r * rs.e;
+      int64_t i = 0;
+      if (contiguous) {
+        for (; i + N <= n; i += N) {
+          hn::StoreU(f(hn::LoadU(d, ar + i), hn::LoadU(d, br + i), hn::LoadU(d, pr + i),
+                       hn::LoadU(d, qr + i)),
+                     d, dr + i);
+        }
+      }
+      for (; i < n; i += N) {
+        const int64_t m = std::min(N, n - i);
+        const auto ld = [&](const float* s, int inc) {
+          return inc ? LoadTail(d, s + i, m) : hn::Set(d, s[0]);
+        };
+        StoreTail(f(ld(ar, ainc), ld(br, binc), ld(pr, pinc), ld(qr, qinc)), d, dr + i, m);
+      }
+    }
+  }
+}
+
+void FusedMulAddF32(bool negate, const Rows& rs, float* dst, const float* a, int ainc,
+                    const float* b, int binc, const float* p, int pinc, const float* q, int qinc,
+                    int64_t n) {
+  if (n <= 0) return;
+  if (negate) return MulAddRows<true>(rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
+  MulAddRows<false>(rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
+}
+
 // Float != is unordered (NaN != x is true), so it is computed as !(x == y).
 void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
                 int64_t n) {
@@ -1036,6 +1081,7 @@ HWY_EXPORT(CompareF32);
 HWY_EXPORT(Select32);
 HWY_EXPORT(FmaF32);
 HWY_EXPORT(FusedMulF32);
+HWY_EXPORT(FusedMulAddF32);
 HWY_EXPORT(ReduceRowF32);
 HWY_EXPORT(DotRowF32);
 HWY_EXPORT(AccumulateF32);
@@ -1495,6 +1541,13 @@ bool fused_mul_supported(UnaryOp op) {
 void fused_mul_f32_rows(int kind, UnaryOp op, int pre, const Rows& rows, float* dst, const float* a,
                         int ainc, const float* b, int binc, const float* c, int cinc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(FusedMulF32)(kind, op, pre, rows, dst, a, ainc, b, binc, c, cinc, n);
+}
+
+void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const float* a, int ainc,
+                            const float* b, int binc, const float* p, int pinc, const float* q,
+                            int qinc, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(FusedMulAddF32)
+  (negate, rows, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
 }
 
 const char* simd_target_name() {

@@ -32,6 +32,7 @@ struct Rows {
   // k * (its outer stride) from its pointer (a 3-D tile: several trips of an outer loop).
   int64_t outer = 1;
   int64_t od = 0, oa = 0, ob = 0, oc = 0;
+  int64_t e = 0, oe = 0;  // a fourth source (fused_mul_add_f32_rows): row and outer stride
   // Can a source of increment `inc` and row stride `rs` be read as one run of rows * n
   // elements (rows back to back, a broadcast scalar, or a column vector when n == 1)? Its
   // increment in that run goes to *flat.
@@ -153,6 +154,14 @@ inline constexpr int kFusedMul = 0, kFusedUnary = 1, kFusedUnaryPre = 2;
 bool fused_mul_supported(UnaryOp op);
 void fused_mul_f32_rows(int kind, UnaryOp op, int pre, const Rows& rows, float* dst, const float* a,
                         int ainc, const float* b, int binc, const float* c, int cinc, int64_t n);
+
+// A product feeding an fma's addend in one pass: dst[i] = p[i] * q[i] + (+-a[i] * b[i])
+// (negate: the product of -a), the same bits as the mul (and neg) and the fma apart, the
+// product never stored (rotary embedding, complex products). Row and outer strides: a, b:
+// rows.a/oa, rows.b/ob; p: rows.c/oc; q: rows.e/oe.
+void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const float* a, int ainc,
+                            const float* b, int binc, const float* p, int pinc, const float* q,
+                            int qinc, int64_t n);
 
 // Name of the SIMD target the dispatcher picked (e.g. "AVX3", "AVX2").
 const char* simd_target_name();
