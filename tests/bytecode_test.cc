@@ -261,7 +261,7 @@ TEST(Verifier, RejectsBadChains) {
   expect_rejected(with(1, ins(Opcode::kChain, CType::kI32, kFull, {}, {}, {}, 3)),
                   "chain requires f32");
   // A body of something other than f32 elementwise math.
-  expect_rejected(with(3, ins(Opcode::kLoad, CType::kF32, kFull, r(1), Operand::desc(0))),
+  expect_rejected(with(3, ins(Opcode::kCast, CType::kF32, kFull, r(1), r(0), {}, 1)),
                   "not allowed in a chain body");
   expect_rejected(with(3, loop(0)), "not allowed in a chain body");
   expect_rejected(with(3, ins(Opcode::kBEq, CType::kF32, kFull, r(1), r(0), r(0))),

@@ -1164,6 +1164,43 @@ TEST(VmChainReductions, MatchReference) {
   EXPECT_NE(text->find("chain.f32.full body 3 keep 0"), std::string::npos) << *text;
 }
 
+// f16/bf16 loads and stores convert strip by strip inside chains (no pass through a tile
+// register), plain and over strided views.
+TEST(VmChainHalfLoads, MatchReference) {
+  KernelBuilder kb("half_chain");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value x = kb.cast(kb.load("x", DType::kBF16, {R, C}), DType::kF32);
+  Value y = kb.cast(kb.load("y", DType::kF16, {R, C}), DType::kF32);
+  Value g = kb.mul(kb.unary(UnaryOp::kSilu, x), y);
+  kb.store("g16", g, DType::kF16);
+  kb.store("a32", kb.binary(BinaryOp::kAdd, kb.binary(BinaryOp::kMul, x, 2.0), 1.0));
+  kb.store("gb16", kb.unary(UnaryOp::kGeluErf, y), DType::kBF16);
+  BUILD(kb, k);
+  std::mt19937 rng(56);
+  for (bool transposed : {false, true}) {
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 3}, {1, 1}, {3, 7}, {17, 33}, {5, 1100}, {2, 40000}}) {
+      check(k,
+            {make_buffer(DType::kBF16, {r, c}, rng, transposed, 1),
+             make_buffer(DType::kF16, {r, c}, rng)},
+            {.tol = Tol::kTrans,
+             .outs = {Out::kContig, Out::kStrided, Out::kContig},
+             .what =
+                 std::to_string(r) + "x" + std::to_string(c) + (transposed ? " transposed" : "")});
+    }
+  }
+  auto ck = CompiledKernel::create(k).value();
+  Buffer xb = make_buffer(DType::kBF16, {5, 1100}, rng),
+         yb = make_buffer(DType::kF16, {5, 1100}, rng);
+  Buffer o1 = make_buffer(DType::kF16, {5, 1100}, rng),
+         o2 = make_buffer(DType::kF32, {5, 1100}, rng),
+         o3 = make_buffer(DType::kBF16, {5, 1100}, rng);
+  TensorArg ins[] = {xb.arg, yb.arg}, outs[] = {o1.arg, o2.arg, o3.arg};
+  auto text = ck->disassemble(ins, outs);
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_NE(text->find("    load.f32"), std::string::npos) << *text;  // a load in a chain
+}
+
 TEST(VmLarge, BinaryBroadcastF16StridedOut) {
   KernelBuilder kb("large_add");
   Dim S = kb.symbol("S"), H = kb.symbol("H");

@@ -192,6 +192,8 @@ constexpr bool chain_reduce_op(const Instr& in) {
 constexpr bool chain_body_op(const Instr& in) {
   if (in.ctype != CType::kF32) return false;
   if (chain_reduce_op(in)) return true;
+  // Loads and stores convert from and to f16/bf16 storage strip by strip.
+  if (in.op == Opcode::kLoad || in.op == Opcode::kStore) return in.flags == 0;
   if (in.op == Opcode::kFma) return in.flags == 0;
   if (is_unary(in.op)) {
     return !ops::is_predicate(unary_of(in.op)) &&

@@ -452,7 +452,7 @@ void Emitter::pre_op_peephole() {
 
 // Chain members: f32 elementwise math and row reductions over full tiles or column vectors
 // (row-class values are one per row: a strip would be a single element).
-bool chainable(const bc::Instr& in) {
+bool chainable_op(const bc::Instr& in) {
   return bc::chain_body_op(in) && (in.cls == TileClass::kFull || in.cls == TileClass::kCol);
 }
 
@@ -500,6 +500,15 @@ bool chain_ok(const std::vector<bc::Instr>& code, const std::vector<int>& reads,
   // Without a chain-local value the strips save no pass, and short rows would pay a kernel
   // call per strip and member instead of one per tile and instruction.
   return local > 0;
+}
+
+// Loads and stores join chains only to convert f16/bf16 memory: an f32 load here is a gather
+// (a transposed operand has its own column-wise copy), and f32 stores are direct writes.
+bool Emitter::chainable(const bc::Instr& in) const {
+  if (!chainable_op(in)) return false;
+  if (in.op != bc::Opcode::kLoad && in.op != bc::Opcode::kStore) return true;
+  const DType t = prog_.descs[(in.op == bc::Opcode::kLoad ? in.a : in.d).index].dtype;
+  return t == DType::kF16 || t == DType::kBF16;
 }
 
 // A reduction's Fill moves up over the chainable instructions just before it (none of them
@@ -587,6 +596,44 @@ void Emitter::fit_tile_to_cache() {
     } else {
       break;
     }
+  }
+}
+
+// A program whose only register values are chain-local (chains over memory, and
+// instructions reading and writing memory directly) touches no tile register: its tile size
+// costs no cache, only per-tile dispatch, which for cheap bodies (a bf16 load and an fma:
+// 0.1 ns per element) is as large as the work. Such tiles grow up to 4x, as long as every
+// thread still gets 4 blocks.
+void Emitter::grow_streaming_tile() {
+  for (size_t pc = 0; pc < code_.size(); ++pc) {
+    bc::Instr in = code_[pc];
+    if (in.op == bc::Opcode::kLoop || in.op == bc::Opcode::kEndLoop) return;
+    if (in.op != bc::Opcode::kChain) {
+      const int used = used_fields(in);
+      for (int k = 0; k < 4; ++k)
+        if ((used >> k & 1) && field(in, k)->kind == bc::OperandKind::kReg) return;
+      continue;
+    }
+    if (in.aux >> 8) return;  // kept values
+    const size_t end = pc + bc::chain_length(in.aux);
+    if (code_[end].d.kind == bc::OperandKind::kReg) return;  // a register result
+    for (size_t m = pc + 1; m <= end; ++m)
+      if (bc::chain_reduce_op(code_[m])) return;
+    pc = end;
+  }
+  const int axis = L_.row >= 0 ? L_.row : L_.col;
+  bc::Axis& ax = L_.bc_axes[axis];
+  if (L_.axes[axis].reduced || ax.iter != bc::AxisIter::kGrid) return;
+  int64_t other = 1;
+  for (size_t a = 0; a < L_.bc_axes.size(); ++a)
+    if (static_cast<int>(a) != axis && L_.bc_axes[a].iter == bc::AxisIter::kGrid)
+      other *= L_.bc_axes[a].trips();
+  for (int grow = 0; grow < 2; ++grow) {
+    bc::Axis bigger = ax;
+    bigger.chunk = std::min(ax.extent, 2 * ax.chunk);
+    if (axis == L_.col) bigger.chunk = std::min(ax.extent, round16(bigger.chunk));
+    if (bigger.chunk == ax.chunk || bigger.trips() * other < 4 * L_.threads) return;
+    ax = bigger;
   }
 }
 
@@ -725,6 +772,7 @@ Status Emitter::emit() {
   loop_outer_axis();
   DVM_RETURN_IF_ERROR(allocate_registers());
   if (!st_.has_matmul) fit_tile_to_cache();
+  grow_streaming_tile();
   prog_.axes = L_.bc_axes;
   const bc::Axis& col = prog_.axes[L_.col];
   int64_t row_chunk = L_.row >= 0 ? prog_.axes[L_.row].chunk : 1;

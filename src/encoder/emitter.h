@@ -59,10 +59,12 @@ class Emitter {
   void fma_peephole();
   void pre_op_peephole();
   void dot_peephole();
+  bool chainable(const bc::Instr& in) const;
   void hoist_fills();
   void sink_fills();
   void chain_peephole();
   void fit_tile_to_cache();
+  void grow_streaming_tile();
   void loop_outer_axis();
   Status allocate_registers();
 

@@ -374,6 +374,7 @@ struct ChainOperand {
   int64_t rs, cs;
   int64_t os;   // stride between trips of the loop the chain runs over (elements)
   int scratch;  // >= 0: a chain-local register, held in this scratch strip
+  int es = 4;   // element bytes: f32, or a load's or store's f16/bf16 memory
 };
 
 // Fields a chain body instruction uses, d first: d, a (unary); d, a, b (binary, or a unary
@@ -423,10 +424,11 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
         ops[i][f] = ChainOperand{nullptr, 0, 1, 0, slot[f]};
       } else {
         const Ref r = resolve(*field[f], CType::kF32);
-        const int64_t os = axis >= 0 && field[f]->kind == OperandKind::kDesc
-                               ? p_.descs[field[f]->index].stride[axis] * loop_step
-                               : 0;
-        ops[i][f] = ChainOperand{r.p, r.rs, r.cs, os, -1};
+        const bool desc = field[f]->kind == OperandKind::kDesc;
+        const int64_t os =
+            axis >= 0 && desc ? p_.descs[field[f]->index].stride[axis] * loop_step : 0;
+        const int es = desc ? dtype_size(p_.descs[field[f]->index].dtype) : 4;
+        ops[i][f] = ChainOperand{r.p, r.rs, r.cs, os, -1, es};
       }
     }
   }
@@ -453,7 +455,7 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
         auto at = [&](const ChainOperand& o) {
           return o.scratch >= 0
                      ? scratch[o.scratch]
-                     : reinterpret_cast<float*>(o.p + (t * o.os + r * o.rs + c0 * o.cs) * 4);
+                     : reinterpret_cast<float*>(o.p + (t * o.os + r * o.rs + c0 * o.cs) * o.es);
         };
         auto inc = [](const ChainOperand& o) {
           return o.scratch >= 0 ? 1 : static_cast<int>(o.cs);
@@ -518,7 +520,26 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
           blk.oa = os(o[1]);
           blk.ob = os(o[2]);
           blk.oc = os(o[3]);
-          if (in.op == bc::Opcode::kReduce) {  // the accumulator is one value per block row
+          if (in.op == bc::Opcode::kLoad || in.op == bc::Opcode::kStore) {
+            // f16/bf16 <-> f32 a row at a time (the memory side may be strided).
+            const bool load = in.op == bc::Opcode::kLoad;
+            const ChainOperand& mem = o[load ? 1 : 0];
+            const ChainOperand& val = o[load ? 0 : 1];
+            const DType dt = p_.descs[(load ? in.a : in.d).index].dtype;
+            auto* mp = reinterpret_cast<char*>(at(mem));
+            float* vp = at(val);
+            for (int64_t k = 0; k < nt; ++k) {
+              for (int64_t rr = 0; rr < nb; ++rr) {
+                char* m = mp + (k * os(mem) + rr * rs(mem)) * mem.es;
+                float* v = vp + k * os(val) + rr * rs(val);
+                if (load) {
+                  cpu::load_convert(v, dt, m, mem.cs, n);
+                } else {
+                  cpu::store_convert(dt, m, mem.cs, v, inc(val), n);
+                }
+              }
+            }
+          } else if (in.op == bc::Opcode::kReduce) {  // one accumulator value per block row
             cpu::reduce_row_f32_rows(bc::aux_reduce_op(in.aux), cpu::Rows{nb, o[0].rs, rs(o[1])},
                                      at(o[0]), at(o[1]), inc(o[1]), n);
           } else if (in.op == bc::Opcode::kReduceDot) {
