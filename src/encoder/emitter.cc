@@ -365,6 +365,19 @@ void Emitter::direct_store_peephole() {
   count_uses(code_, num_vregs_, &reads, &def_at);
   std::vector<bc::Instr> out;
   for (bc::Instr& in : code_) {
+    // A rounding to f16/bf16 that only a store to that type reads: the store rounds the same
+    // way (rounding twice to the same format is rounding once), so the store reads its source.
+    if (in.op == bc::Opcode::kStore && !out.empty() && in.a.kind == bc::OperandKind::kReg) {
+      const bc::Instr& prev = out.back();
+      const DType t = prog_.descs[in.d.index].dtype;
+      const bool same = (prev.op == bc::Opcode::kRoundF16 && t == DType::kF16) ||
+                        (prev.op == bc::Opcode::kRoundBF16 && t == DType::kBF16);
+      if (same && prev.d.kind == bc::OperandKind::kReg && prev.d.index == in.a.index &&
+          reads[in.a.index] == 1 && prev.cls == in.cls && prev.ctype == in.ctype) {
+        in.a = prev.a;
+        out.pop_back();
+      }
+    }
     if (in.op == bc::Opcode::kStore && !out.empty() && in.a.kind == bc::OperandKind::kReg) {
       bc::Instr& prev = out.back();
       const bc::Descriptor& d = prog_.descs[in.d.index];
