@@ -385,11 +385,16 @@ int chain_fields(const Instr& in) {
   return in.flags != 0 || bc::is_binary(in.op) ? 3 : 2;
 }
 
+// Is `o` register `reg`?
+bool is_reg(const Operand& o, int reg) {
+  return o.kind == OperandKind::kReg && o.index == reg;
+}
+
 // Does body instruction `in` read register `reg` (as a source)?
 bool reads_reg(const Instr& in, int reg) {
   const Operand* src[3] = {&in.a, &in.b, &in.c};
   for (int f = 1; f < chain_fields(in); ++f)
-    if (src[f - 1]->kind == OperandKind::kReg && src[f - 1]->index == reg) return true;
+    if (is_reg(*src[f - 1], reg)) return true;
   return false;
 }
 
@@ -475,8 +480,7 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
             const ChainOperand* x = &ops[mi][1];   // the mul's factors
             const ChainOperand* y = &ops[mi][2];
             if (neg) {  // the neg's source replaces the factor that is the neg's result
-              const bool neg_first =
-                  mul.a.kind == OperandKind::kReg && mul.a.index == body[i].d.index;
+              const bool neg_first = is_reg(mul.a, body[i].d.index);
               y = neg_first ? &ops[mi][2] : &ops[mi][1];
               x = &ops[i][1];
             }
@@ -540,10 +544,10 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
               }
             }
           } else if (in.op == bc::Opcode::kReduce) {  // one accumulator value per block row
-            cpu::reduce_row_f32_rows(bc::aux_reduce_op(in.aux), cpu::Rows{nb, o[0].rs, rs(o[1])},
+            cpu::reduce_row_f32_rows(bc::aux_reduce_op(in.aux), cpu::Rows{nb, rs(o[0]), rs(o[1])},
                                      at(o[0]), at(o[1]), inc(o[1]), n);
           } else if (in.op == bc::Opcode::kReduceDot) {
-            cpu::dot_row_f32_rows(cpu::Rows{nb, o[0].rs, rs(o[1]), rs(o[2])}, at(o[0]), at(o[1]),
+            cpu::dot_row_f32_rows(cpu::Rows{nb, rs(o[0]), rs(o[1]), rs(o[2])}, at(o[0]), at(o[1]),
                                   inc(o[1]), at(o[2]), inc(o[2]), n);
           } else if (in.op == bc::Opcode::kFma) {
             cpu::fma_f32_rows(blk, at(o[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]), at(o[3]),
@@ -886,12 +890,9 @@ int fusable_pair(const Instr* body, int k, int i) {
   if ((!mul && !unary) || !is_mul(next)) return 0;
   if (in.d.kind != OperandKind::kReg) return 0;
   const int reg = in.d.index;
-  const auto is_reg = [reg](const Operand& o) {
-    return o.kind == OperandKind::kReg && o.index == reg;
-  };
-  if (is_reg(next.a) == is_reg(next.b)) return 0;  // read twice, or not at all
-  if (is_reg(next.d) || read_again(body, k, i + 2, reg)) return 0;
-  return is_reg(next.a) ? 1 : 2;
+  if (is_reg(next.a, reg) == is_reg(next.b, reg)) return 0;  // read twice, or not at all
+  if (is_reg(next.d, reg) || read_again(body, k, i + 2, reg)) return 0;
+  return is_reg(next.a, reg) ? 1 : 2;
 }
 
 // Is body[i] a plain mul whose chain-local result only body[i + 1], an fma, reads, as its
@@ -903,11 +904,9 @@ bool mul_feeds_fma_addend(const Instr* body, int k, int i) {
   if (!bc::is_binary(mul.op) || bc::binary_of(mul.op) != BinaryOp::kMul || mul.flags != 0)
     return false;
   if (fma.op != bc::Opcode::kFma || mul.d.kind != OperandKind::kReg) return false;
-  const auto is_reg = [&](const Operand& o) {
-    return o.kind == OperandKind::kReg && o.index == mul.d.index;
-  };
-  return is_reg(fma.c) && !is_reg(fma.a) && !is_reg(fma.b) && !is_reg(fma.d) &&
-         !read_again(body, k, i + 2, mul.d.index);
+  const int m = mul.d.index;
+  return is_reg(fma.c, m) && !is_reg(fma.a, m) && !is_reg(fma.b, m) && !is_reg(fma.d, m) &&
+         !read_again(body, k, i + 2, m);
 }
 
 // Is body[i] a neg whose chain-local result only body[i + 1] reads, once, where body[i + 1]
@@ -918,12 +917,10 @@ bool neg_feeds_mul_fma(const Instr* body, int k, int i) {
       neg.d.kind != OperandKind::kReg || !mul_feeds_fma_addend(body, k, i + 1))
     return false;
   const Instr& mul = body[i + 1];
-  const auto is_reg = [&](const Operand& o) {
-    return o.kind == OperandKind::kReg && o.index == neg.d.index;
-  };
-  return is_reg(mul.a) != is_reg(mul.b) && !is_reg(mul.d) && !is_reg(body[i + 2].a) &&
-         !is_reg(body[i + 2].b) && !is_reg(body[i + 2].d) &&
-         !read_again(body, k, i + 3, neg.d.index);
+  const Instr& fma = body[i + 2];
+  const int x = neg.d.index;
+  return is_reg(mul.a, x) != is_reg(mul.b, x) && !is_reg(mul.d, x) && !is_reg(fma.a, x) &&
+         !is_reg(fma.b, x) && !is_reg(fma.d, x) && !read_again(body, k, i + 3, x);
 }
 
 // The scratch strips of a chain's registers (see LoadedProgram::chain_slot): chain-local
@@ -982,8 +979,7 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
     const bool keep0 = bc::chain_keeps(aux, i), keep1 = bc::chain_keeps(aux, i + 1);
     if (!keep0 && !keep1 && neg_feeds_mul_fma(body, k, i)) {
       fuse = LoadedProgram::kFuseNegMulFma;
-      const bool neg_first =
-          body[i + 1].a.kind == OperandKind::kReg && body[i + 1].a.index == body[i].d.index;
+      const bool neg_first = is_reg(body[i + 1].a, body[i].d.index);
       touches_scratch(i, {1});
       touches_scratch(i + 1, {neg_first ? 2 : 1});
       touches_scratch(i + 2, {0, 1, 2});
