@@ -469,10 +469,10 @@ bool chainable_op(const bc::Instr& in) {
   return bc::chain_body_op(in) && (in.cls == TileClass::kFull || in.cls == TileClass::kCol);
 }
 
-bool uses_reg(const bc::Instr& in, int reg) {
+bool uses_reg(bc::Instr in, int reg) {
   int used = used_fields(in);
   for (int k = 0; k < 4; ++k) {
-    const Operand* o = field(const_cast<bc::Instr&>(in), k);
+    const Operand* o = field(in, k);
     if ((used >> k & 1) && o->kind == bc::OperandKind::kReg && o->index == reg) return true;
   }
   return false;
@@ -525,9 +525,9 @@ bool Emitter::chainable(const bc::Instr& in) const {
 }
 
 // A reduction's Fill moves up over the chainable instructions just before it (none of them
-// touches its accumulator), so that the reduction can join their chain: softmax's
-// `s = x * c; fill m; m = max(s)` becomes `fill m; chain(s = x * c; m = max(s))`. Only that
-// far: an accumulator live longer than needed would cost a register.
+// touches its accumulator), so that the reduction can join their chain: log-softmax's
+// `c = x - m; e = exp(c); fill s; s = sum(e)` becomes `fill s; chain(c = x - m; e = exp(c);
+// s = sum(e))`. Only that far: an accumulator live longer than needed would cost a register.
 void Emitter::hoist_fills() {
   for (size_t p = 1; p < code_.size(); ++p) {
     if (code_[p].op != bc::Opcode::kFill) continue;
