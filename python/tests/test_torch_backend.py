@@ -287,6 +287,62 @@ def test_symint_inputs():
     assert dynamo_graphs() == 1
 
 
+@pytest.mark.allow_fallback("the grad-mode graph's backward is compiled (and would run) in "
+                             "PyTorch", kinds=("backward",))
+def test_inference_graphs_skip_aot_autograd():
+    """No input needs a gradient: the graph is traced once without AOTAutograd (direct path),
+    under no_grad and for plain tensors alike; parameters that require grad with grad mode on
+    take AOTAutograd (the outputs must carry autograd history)."""
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5):
+            check(compiled, model, torch.randn(n, 32))
+    assert tb.stats()["direct_graphs"] == 1 and tb.stats()["aot_graphs"] == 1
+    out = compiled(torch.randn(4, 32))  # grad mode on: Dynamo recompiles, AOTAutograd path
+    assert out.requires_grad
+    assert tb.stats()["aot_graphs"] == 2 and tb.stats()["direct_graphs"] == 1
+
+    def g(x, y):
+        return torch.tanh(x) * y + 1
+
+    cg = torch.compile(g, backend="dvm", dynamic=True)
+    x, y = torch.randn(6, 8), torch.randn(8)
+    torch.testing.assert_close(cg(x, y), g(x, y))
+    assert not cg(x, y).requires_grad
+    assert tb.stats()["direct_graphs"] == 2
+
+
+@pytest.mark.allow_fallback("the mutated input and the aliasing view stay in PyTorch",
+                             kinds=("nodes", "no_dvm"))
+def test_mutation_and_input_aliases_take_aot_autograd():
+    """A graph that writes an input, or returns a view of one, needs AOTAutograd's handling:
+    the direct path declines it and the results still match eager (the write happens once, the
+    alias is an alias)."""
+
+    def mutate(x):
+        x.mul_(2)
+        return torch.sigmoid(x) + 1
+
+    def alias(x):
+        return x.view(-1), torch.relu(x) * 3
+
+    for fn in (mutate, alias):
+        torch._dynamo.reset()
+        tb.reset_stats()
+        c = torch.compile(fn, backend="dvm", dynamic=True)
+        for n in (3, 5):
+            a = torch.randn(n, 4)
+            b = a.clone()
+            got, want = c(a), fn(b)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(a, b)
+            if fn is alias:
+                assert got[0].data_ptr() == a.data_ptr()
+        assert tb.stats()["aot_graphs"] == 1 and tb.stats().get("direct_graphs", 0) == 0
+
+
 @pytest.mark.allow_fallback("backward graphs run in PyTorch (the point)", kinds=("backward",))
 def test_backward_falls_back_to_pytorch(caplog, monkeypatch):
     monkeypatch.setenv("DVM_LOG_FALLBACK", "1")

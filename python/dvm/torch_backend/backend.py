@@ -1,13 +1,19 @@
-"""The ``dvm`` torch.compile backend: Dynamo graph -> AOTAutograd (core ATen) -> DVM.
+"""The ``dvm`` torch.compile backend: Dynamo graph -> core ATen -> DVM.
 
-``dvm_backend(gm, example_inputs)`` is what Dynamo calls, once per captured graph. It runs
-AOTAutograd with the core-ATen decompositions (minus a few ops DVM has composites for:
-silu, rms_norm, CPU flash attention), then partitions the inference graph: supported nodes are
-compiled into DVM graphs with symbolic shapes, once; the rest runs as ATen. Every later call with
-any sizes that satisfy Dynamo's guards reuses the same DVM executables: each new shape costs a
-few microseconds of bytecode encoding inside DVM, never a recompile.
+``dvm_backend(gm, example_inputs)`` is what Dynamo calls, once per captured graph. The graph is
+lowered to core ATen with the core-ATen decompositions (minus a few ops DVM has composites for:
+silu, rms_norm, CPU flash attention), then partitioned: supported nodes are compiled into DVM
+graphs with symbolic shapes, once; the rest runs as ATen. Every later call with any sizes that
+satisfy Dynamo's guards reuses the same DVM executables: each new shape costs a few
+microseconds of bytecode encoding inside DVM, never a recompile.
 
-Backward graphs (training) run in PyTorch (AOTAutograd's eager backward), logged.
+Two ways down to ATen:
+- inference graphs (no input needs a gradient, or grad mode is off) are traced once with
+  ``make_fx`` over Dynamo's own fake tensors and called directly: no AOTAutograd trace at
+  compile time and no AOTAutograd runtime wrappers on every call. A graph that mutates an
+  input or returns an alias of one takes the AOTAutograd path instead, which handles both;
+- everything else goes through AOTAutograd. Backward graphs (training) run in PyTorch
+  (AOTAutograd's eager backward), logged.
 """
 
 from __future__ import annotations
@@ -63,6 +69,75 @@ def _bw_compiler(gm: torch.fx.GraphModule, example_inputs, *, graph_name):
 OPTIONS = ("freeze_weights",)
 
 
+def _needs_autograd(gm, example_inputs) -> bool:
+    """AOTAutograd's rule: some input (or parameter held by the graph) requires grad and grad
+    mode is on."""
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs) or any(
+        p.requires_grad for p in gm.parameters())
+
+
+def _fake_inputs(example_inputs):
+    """Dynamo's example inputs as fake tensors of the backend's fake mode, with the symbolic
+    sizes Dynamo chose (what AOTAutograd does before tracing); None without a tracing context."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    if ctx is None or ctx.fake_mode is None:
+        return None, None
+    fm = ctx.fake_mode
+    fakes = []
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            sc = ctx.tensor_to_context.get(x)
+            fakes.append(fm.from_tensor(x, symbolic_context=sc,
+                                        source=sc.tensor_source if sc is not None else None))
+        else:
+            fakes.append(x)
+    return fm, fakes
+
+
+def _functional_without_input_aliases(g: torch.fx.GraphModule) -> str | None:
+    """Why the traced graph needs AOTAutograd (None if it does not): an op that mutates, or an
+    output sharing storage with an input."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    inputs = set()
+    for n in g.graph.nodes:
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor):
+            inputs.add(StorageWeakRef(n.meta["val"].untyped_storage()))
+        elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            if n.target._schema.is_mutable:
+                return f"{n.target} mutates"
+        elif n.op == "output":
+            outs = n.args[0] if isinstance(n.args[0], (tuple, list)) else [n.args[0]]
+            for o in outs:
+                v = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+                if isinstance(v, torch.Tensor) and StorageWeakRef(v.untyped_storage()) in inputs:
+                    return f"output {o.name} aliases an input"
+    return None
+
+
+def _compile_inference(gm, example_inputs, name, freeze):
+    """The AOTAutograd-free path: make_fx over Dynamo's fake inputs, then partition. None when
+    the graph needs AOTAutograd (see _functional_without_input_aliases)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fm, fakes = _fake_inputs(example_inputs)
+    if fm is None:
+        return None
+    with fm:
+        g = make_fx(gm, decomposition_table=decompositions())(*fakes)
+    why = _functional_without_input_aliases(g)
+    if why is not None:
+        log.debug("dvm: %s: AOTAutograd path: %s", name, why)
+        return None
+    bump("aot_graphs")
+    bump("direct_graphs")
+    return partition_and_compile(g, fakes, name, freeze).forward
+
+
 def dvm_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """torch.compile(model, backend="dvm", options={...}).
 
@@ -77,6 +152,11 @@ def dvm_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs
         log.warning("dvm backend ignores options %s (known: %s)", unknown, list(OPTIONS))
     freeze = bool(options.get("freeze_weights", False))
     name = f"g{next(_counter)}"
+    if not _needs_autograd(gm, example_inputs):
+        compiled = _compile_inference(gm, example_inputs, name, freeze)
+        if compiled is not None:
+            bump("dynamo_graphs")
+            return compiled
     backend = aot_autograd(
         fw_compiler=functools.partial(_fw_compiler, graph_name=name, freeze_weights=freeze),
         bw_compiler=functools.partial(_bw_compiler, graph_name=name + "_bw"),
@@ -96,7 +176,9 @@ def dvm_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs
 def stats() -> dict[str, int]:
     """Counters since import (or reset_stats()): dynamo_graphs (graphs Dynamo compiled with
     this backend; a call that Dynamo restarts, e.g. to tensorify a float, is counted in
-    backend_restarts instead), aot_graphs, dvm_partitions (partitions compiled), dvm_nodes,
+    backend_restarts instead), aot_graphs (core-ATen graphs made
+    from them), direct_graphs (of those, inference graphs traced without AOTAutograd),
+    dvm_partitions (partitions compiled), dvm_nodes,
     partitions_run (partitions that ran in DVM: each counted at its first successful call),
     fallback_nodes (compute nodes left to PyTorch), partition_fallbacks (partitions whose DVM
     build failed: they run in PyTorch), runtime_fallbacks (partition calls that failed in DVM and
