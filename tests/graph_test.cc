@@ -520,6 +520,50 @@ TEST(Executable, HundredBindingsInRandomOrder) {
   EXPECT_EQ(hits, 40);  // the 20 repeated bindings, 2 kernels each
 }
 
+// run(inputs, allocate): the allocator sees this binding's output shapes once, its outputs
+// receive what the two-step output_shapes() + run() writes, and its error ends the call.
+TEST(Executable, AllocatingRunMatchesTwoStepRun) {
+  Graph g = gelu_mlp_graph();
+  auto exe = compile_or_die(g, true);
+  std::mt19937 rng(5);
+  for (int64_t s : {1, 7, 33, 7}) {
+    std::vector<HostTensor> in = inputs_for("gelu_mlp", s, rng);
+    auto want = run_graph(*exe, in);
+    ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+    std::vector<TensorArg> args;
+    for (HostTensor& h : in) args.push_back(h.arg());
+    std::vector<HostTensor> outs;
+    int calls = 0;
+    Status st = exe->run(
+        args, [&](const std::vector<std::vector<int64_t>>& shapes, std::vector<TensorArg>* o) {
+          ++calls;
+          EXPECT_EQ(shapes, *exe->output_shapes(args));
+          for (size_t k = 0; k < shapes.size(); ++k)
+            outs.push_back(host(exe->output_dtypes()[k], shapes[k]));
+          for (HostTensor& h : outs) o->push_back(h.arg());
+          return Status::ok();
+        });
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(calls, 1);
+    ASSERT_EQ(outs.size(), want->size());
+    for (size_t k = 0; k < outs.size(); ++k)
+      expect_close(outs[k], (*want)[k], 0, "S=" + std::to_string(s));
+  }
+  std::vector<HostTensor> in = inputs_for("gelu_mlp", 3, rng);
+  std::vector<TensorArg> args;
+  for (HostTensor& h : in) args.push_back(h.arg());
+  Status st = exe->run(args, [](const std::vector<std::vector<int64_t>>&, std::vector<TensorArg>*) {
+    return invalid_argument("no memory today");
+  });
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("no memory today"), std::string::npos);
+  // Too few outputs from the allocator: a clear error, not a read past the vector.
+  st = exe->run(args, [](const std::vector<std::vector<int64_t>>&, std::vector<TensorArg>*) {
+    return Status::ok();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+}
+
 TEST(Executable, FusedPeakMemoryIsNoHigherThanUnfused) {
   for (const Pattern& p : kPatterns) {
     auto fused = compile_or_die(p.build(), true);

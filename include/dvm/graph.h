@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -196,6 +197,14 @@ class Executable {
   // an error (graphs declare no aliases). If a native op fails mid-run (an index out of
   // range), outputs written by earlier kernels keep their values.
   Status run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+             GraphRunStats* stats = nullptr) const;
+  // Makes the outputs of one call once the inputs are bound: called with the output shapes
+  // (the dtypes are output_dtypes()), it fills `outputs` in output order.
+  using OutputAllocator = std::function<Status(const std::vector<std::vector<int64_t>>& shapes,
+                                               std::vector<TensorArg>* outputs)>;
+  // Runs the graph into outputs that `allocate` makes: the inputs are bound once per call
+  // (instead of output_shapes() then run()).
+  Status run(std::span<const TensorArg> inputs, const OutputAllocator& allocate,
              GraphRunStats* stats = nullptr) const;
   // Binds the symbols from the input shapes and returns the output shapes.
   StatusOr<std::vector<std::vector<int64_t>>> output_shapes(

@@ -8,6 +8,8 @@ def _call(self, *inputs, out=None, stats=False):
     """Runs the graph, allocating outputs (numpy arrays, or torch tensors when any input is
     one) unless `out` provides them. Returns the list of outputs, and GraphRunStats after it
     when stats=True."""
+    if out is None and not stats:
+        return self.call(*inputs)
     inputs = list(inputs)
     if out is None:
         shapes = self.output_shapes(inputs)

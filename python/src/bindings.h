@@ -73,6 +73,14 @@ struct ConvertedArrays {
 ConvertedArrays convert_arrays(nb::handle seq, const char* what,
                                const std::vector<std::string>& names);
 
+// Whether `h` is a torch.Tensor (false while torch is not imported).
+bool is_torch_tensor(nb::handle h);
+// A call's outputs, uninitialised: torch tensors when `like_torch` (an input is one) or an
+// output is bf16 (numpy has no bf16), else numpy arrays; `args` receives their views.
+std::vector<nb::object> allocate_outputs(const std::vector<std::vector<int64_t>>& shapes,
+                                         const std::vector<DType>& dtypes, bool like_torch,
+                                         std::vector<TensorArg>* args);
+
 void bind_status(nb::module_& m);
 void bind_dtype(nb::module_& m);
 void bind_kernel(nb::module_& m);

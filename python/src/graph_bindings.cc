@@ -66,6 +66,38 @@ GraphRunStats run(const PyExecutable& x, nb::handle inputs, nb::handle outputs) 
   return stats;
 }
 
+// exe(*inputs): outputs allocated once the inputs are bound (one binding per call, not
+// output_shapes() then run()). The GIL is released for the kernels, held to allocate.
+nb::list call(const PyExecutable& x, nb::args inputs) {
+  const Graph& g = x.exe->source();
+  ConvertedArrays in = convert_arrays(inputs, "input", g.input_names());
+  bool like_torch = false;
+  for (nb::handle h : inputs) like_torch = like_torch || is_torch_tensor(h);
+  const std::vector<DType> dtypes = x.exe->output_dtypes();
+  std::vector<nb::object> outs;
+  Status st;
+  {
+    nb::gil_scoped_release release;
+    st = x.exe->run(in.args,
+                    [&](const std::vector<std::vector<int64_t>>& shapes,
+                        std::vector<TensorArg>* args) -> Status {
+                      nb::gil_scoped_acquire acquire;
+                      try {
+                        outs = allocate_outputs(shapes, dtypes, like_torch, args);
+                      } catch (const StatusError& e) {
+                        return e.status();
+                      } catch (const std::exception& e) {
+                        return internal_error(std::string("allocating outputs: ") + e.what());
+                      }
+                      return Status::ok();
+                    });
+  }
+  raise_if_error(st);
+  nb::list result;
+  for (nb::object& o : outs) result.append(o);
+  return result;
+}
+
 std::vector<std::vector<int64_t>> output_shapes(const PyExecutable& x, nb::handle inputs) {
   ConvertedArrays in = convert_arrays(inputs, "input", x.exe->source().input_names());
   return value_or_raise(x.exe->output_shapes(in.args));
@@ -234,6 +266,9 @@ void bind_executable(nb::module_& m) {
           nb::arg("num_threads") = 0)
       .def("run", &run, nb::arg("inputs"), nb::arg("outputs"),
            "Runs into caller-provided outputs (written in place, zero-copy); returns stats.")
+      .def("call", &call,
+           "exe.call(*inputs): runs into fresh outputs (torch tensors when an input is one, "
+           "else numpy arrays) and returns them as a list.")
       .def("output_shapes", &output_shapes, nb::arg("inputs"))
       .def("bind", &bind, nb::arg("inputs"), "The symbol values these inputs bind.")
       .def("output_dtypes", [](const PyExecutable& x) { return x.exe->output_dtypes(); })

@@ -9,6 +9,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "bindings.h"
@@ -89,8 +90,22 @@ std::string py_str(nb::handle h) {
 // torch.Tensor and its dtypes, once torch has been imported (DVM never imports it).
 struct TorchTypes {
   nb::object tensor;
+  nb::object empty;
   nb::object dtypes[kNumDTypes];  // indexed by DType
+  // Attribute names interned once: attr("name") would build a new str on every lookup.
+  nb::object is_cpu = interned("is_cpu"), dtype = interned("dtype"), is_neg = interned("is_neg"),
+             shape = interned("shape"), stride = interned("stride"),
+             data_ptr = interned("data_ptr");
+
+  static nb::object interned(const char* s) { return nb::steal(PyUnicode_InternFromString(s)); }
 };
+
+// obj.name() without making a bound method (vectorcall).
+nb::object call_method(nb::handle obj, const nb::object& name) {
+  PyObject* r = PyObject_CallMethodNoArgs(obj.ptr(), name.ptr());
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
+}
 
 const TorchTypes* torch_types() {
   static const TorchTypes* types = nullptr;  // never freed: torch outlives every call
@@ -105,6 +120,7 @@ const TorchTypes* torch_types() {
   const char* names[kNumDTypes] = {"float32", "float16", "bfloat16", "int32", "int64", "bool"};
   auto* t = new TorchTypes;
   t->tensor = torch.attr("Tensor");
+  t->empty = torch.attr("empty");
   for (int k = 0; k < kNumDTypes; ++k) t->dtypes[k] = torch.attr(names[k]);
   types = t;
   return types;
@@ -122,11 +138,11 @@ bool torch_arg(nb::object& item, const char* what, size_t i, const std::vector<s
       !PyObject_TypeCheck(item.ptr(), reinterpret_cast<PyTypeObject*>(tt->tensor.ptr()))) {
     return false;
   }
-  if (!nb::cast<bool>(item.attr("is_cpu"))) {
+  if (!nb::cast<bool>(item.attr(tt->is_cpu))) {
     throw StatusError(invalid_argument(arg_label(what, i, names) + " is on device '" +
                                        py_str(item.attr("device")) + "', not the CPU"));
   }
-  nb::object dt = item.attr("dtype");
+  nb::object dt = item.attr(tt->dtype);
   int d = 0;
   while (d < kNumDTypes && !dt.is(tt->dtypes[d])) ++d;
   if (d == kNumDTypes) {
@@ -135,7 +151,7 @@ bool torch_arg(nb::object& item, const char* what, size_t i, const std::vector<s
                                        "; DVM stores f32, f16, bf16, "
                                        "i32, i64 and bool"));
   }
-  if (nb::cast<bool>(item.attr("is_neg")())) {
+  if (nb::cast<bool>(call_method(item, tt->is_neg))) {
     if (std::string(what) == "output") {
       throw StatusError(invalid_argument(arg_label(what, i, names) +
                                          " has torch's negative bit set (a lazily negated view); "
@@ -143,9 +159,9 @@ bool torch_arg(nb::object& item, const char* what, size_t i, const std::vector<s
     }
     item = item.attr("resolve_neg")();
   }
-  auto shape = nb::cast<std::vector<int64_t>>(item.attr("shape"));
-  auto strides = nb::cast<std::vector<int64_t>>(item.attr("stride")());
-  auto start = reinterpret_cast<char*>(nb::cast<uintptr_t>(item.attr("data_ptr")()));
+  auto shape = nb::cast<std::vector<int64_t>>(item.attr(tt->shape));
+  auto strides = nb::cast<std::vector<int64_t>>(call_method(item, tt->stride));
+  auto start = reinterpret_cast<char*>(nb::cast<uintptr_t>(call_method(item, tt->data_ptr)));
   *out = view_arg(start, static_cast<DType>(d), std::move(shape), std::move(strides));
   return true;
 }
@@ -297,6 +313,42 @@ std::string stats_repr(const RunStats& s) {
 }
 
 }  // namespace
+
+bool is_torch_tensor(nb::handle h) {
+  const TorchTypes* tt = torch_types();
+  return tt != nullptr &&
+         PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(tt->tensor.ptr()));
+}
+
+// Fresh outputs are contiguous and fully known: only their address is read back (one call a
+// tensor instead of the five a caller's tensor needs).
+std::vector<nb::object> allocate_outputs(const std::vector<std::vector<int64_t>>& shapes,
+                                         const std::vector<DType>& dtypes, bool like_torch,
+                                         std::vector<TensorArg>* args) {
+  std::vector<nb::object> outs;
+  const TorchTypes* tt = torch_types();
+  bool any_bf16 = std::find(dtypes.begin(), dtypes.end(), DType::kBF16) != dtypes.end();
+  if (tt != nullptr && (like_torch || any_bf16)) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      nb::object shape = nb::cast(shapes[k]);
+      nb::object t = tt->empty(shape, nb::arg("dtype") = tt->dtypes[static_cast<int>(dtypes[k])]);
+      auto* data = reinterpret_cast<void*>(nb::cast<uintptr_t>(call_method(t, tt->data_ptr)));
+      args->push_back(TensorArg::contiguous(data, dtypes[k], shapes[k]));
+      outs.push_back(std::move(t));
+    }
+    return outs;
+  }
+  static nb::object empty = nb::module_::import_("dvm._arrays").attr("empty");  // leaked at exit
+  nb::list list;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    nb::object a = empty(nb::cast(shapes[k]), dtypes[k]);
+    list.append(a);
+    outs.push_back(std::move(a));
+  }
+  ConvertedArrays c = convert_arrays(list, "output", {});
+  *args = std::move(c.args);
+  return outs;
+}
 
 ConvertedArrays convert_arrays(nb::handle seq, const char* what,
                                const std::vector<std::string>& names) {

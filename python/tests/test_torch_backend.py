@@ -229,14 +229,19 @@ def test_parameters_zero_copy(freeze):
     compiled = torch.compile(model, backend="dvm", dynamic=True,
                              options={"freeze_weights": freeze})
     seen = []
-    orig = DvmPartition._inputs
+    orig = DvmPartition.exe
 
-    def spy(self, args):
-        ins = orig(self, args)
-        seen.extend((t.array if isinstance(t, dvm.Constant) else t).data_ptr() for t in ins)
-        return ins
+    def spy_setter(self, exe):  # what each partition hands its executable, recorded
+        orig.fset(self, exe)
+        call = self._exe_call
 
-    DvmPartition._inputs = spy
+        def spy(*ins):
+            seen.extend((t.array if isinstance(t, dvm.Constant) else t).data_ptr() for t in ins)
+            return call(*ins)
+
+        self._exe_call = spy
+
+    DvmPartition.exe = orig.setter(spy_setter)
     try:
         x = torch.randn(9, 32)  # > 4 rows: the weights are packed (fewer are read in place)
         check(compiled, model, x)
@@ -253,7 +258,7 @@ def test_parameters_zero_copy(freeze):
         check(compiled, model, x)
         assert (dvm.weight_cache_stats().packs > packs) == freeze
     finally:
-        DvmPartition._inputs = orig
+        DvmPartition.exe = orig
     assert dynamo_graphs() == 1
 
 

@@ -99,6 +99,9 @@ struct Executable::Impl {
   Status encode_concurrently(const std::vector<std::vector<TensorArg>>& in,
                              const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
                              GraphRunStats* st, std::vector<char>* prepared) const;
+  // Runs a call whose inputs are bound to `plan` (fresh: the plan was just made) into outputs.
+  Status run_bound(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+                   const BindingPlan& plan, bool fresh, double t0, GraphRunStats* stats) const;
   std::unique_ptr<Arena> take_arena() const;
   void give_arena(std::unique_ptr<Arena> a) const;
   std::string where(int node) const { return g->name + ": " + graph::node_str(*g, node); }
@@ -623,6 +626,29 @@ Status Executable::run(std::span<const TensorArg> inputs, std::span<const Tensor
   DVM_ASSIGN_OR_RETURN(SymBindings b, x.bind(inputs));
   bool fresh = false;
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b, &fresh));
+  return x.run_bound(inputs, outputs, *p, fresh, t0, stats);
+}
+
+Status Executable::run(std::span<const TensorArg> inputs, const OutputAllocator& allocate,
+                       GraphRunStats* stats) const {
+  const Impl& x = *impl_;
+  double t0 = base::now_us();
+  DVM_ASSIGN_OR_RETURN(SymBindings b, x.bind(inputs));
+  bool fresh = false;
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b, &fresh));
+  std::vector<std::vector<int64_t>> shapes;
+  shapes.reserve(x.g->outputs.size());
+  for (int o : x.g->outputs) shapes.push_back(p->shapes[o]);
+  std::vector<TensorArg> outputs;
+  DVM_RETURN_IF_ERROR(allocate(shapes, &outputs));
+  return x.run_bound(inputs, outputs, *p, fresh, t0, stats);
+}
+
+Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
+                                   std::span<const TensorArg> outputs, const BindingPlan& plan,
+                                   bool fresh, double t0, GraphRunStats* stats) const {
+  const Impl& x = *this;
+  const BindingPlan* p = &plan;
   if (outputs.size() != x.g->outputs.size()) {
     return invalid_argument(x.g->name + ": expected " + std::to_string(x.g->outputs.size()) +
                             " outputs, got " + std::to_string(outputs.size()));

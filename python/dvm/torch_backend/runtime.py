@@ -62,8 +62,8 @@ class DvmPartition(torch.nn.Module):
         self.tuple_out = tuple_out
         self.fallback = fallback  # the ATen GraphModule of the partition
         self.num_args = num_args  # its arguments (symbol values may follow them)
-        self.calls = 0
-        self.fallbacks = 0
+        # calls, fallbacks: plain counters kept off nn.Module.__setattr__ (a microsecond a call)
+        self._counts = [0, 0]
         self.ran = False  # ran in DVM at least once (stats()["partitions_run"])
         self.last_error = None
         self._simple = all(k == "arg" for k, _ in in_plan) and all(
@@ -87,23 +87,44 @@ class DvmPartition(torch.nn.Module):
             return ins
         return [_constant(t) if isinstance(t, _Parameter) else t for t in ins]
 
+    @property
+    def exe(self):
+        return self._exe
+
+    @exe.setter
+    def exe(self, exe):
+        self._exe = exe
+        self._exe_call = getattr(exe, "call", exe)  # one C++ call: bind, allocate, run
+
+    @property
+    def calls(self):
+        return self._counts[0]
+
+    @property
+    def fallbacks(self):
+        return self._counts[1]
+
     def forward(self, *args):
-        self.calls += 1
+        self._counts[0] += 1
+        if self._simple and not self.freeze_weights:  # the common case, kept short
+            try:
+                outs = self._exe_call(*[args[i] for i in self._arg_idx])
+            except dvm.DvmError as e:
+                return self._fall_back(args, e)
+            if not self.ran:
+                self.ran = True
+                bump("partitions_run")
+            return tuple(outs) if self.tuple_out else outs[0]
         ins = self._inputs(args)
         try:
             if ins:
-                outs = self.exe(*ins)
+                outs = self._exe_call(*ins)
             else:
                 shapes = self.exe.output_shapes([])
                 outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, self.out_dtypes)]
                 self.exe.run([], outs)
         except dvm.DvmError as e:
-            self.fallbacks += 1
-            self.last_error = str(e)
-            bump("runtime_fallbacks")
-            log_fallback("dvm: partition %s failed at run time, running it in PyTorch: %s",
-                         self.name, e)
-            return self.fallback(*args[: self.num_args])
+            return self._fall_back(args, e)
         if not self.ran:
             self.ran = True
             bump("partitions_run")
@@ -116,6 +137,14 @@ class DvmPartition(torch.nn.Module):
         return res[0]
 
     __call__ = forward
+
+    def _fall_back(self, args, e):
+        self._counts[1] += 1
+        self.last_error = str(e)
+        bump("runtime_fallbacks")
+        log_fallback("dvm: partition %s failed at run time, running it in PyTorch: %s",
+                     self.name, e)
+        return self.fallback(*args[: self.num_args])
 
     def extra_repr(self):
         return f"name={self.name}, inputs={len(self.in_plan)}, outputs={len(self.out_plan)}"
