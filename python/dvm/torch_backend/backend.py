@@ -18,8 +18,11 @@ Two ways down to ATen:
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import itertools
+import sys
 
 import torch
 from functorch.compile import make_boxed_func
@@ -38,6 +41,26 @@ _KEEP = (
 )
 
 _counter = itertools.count()
+_exit_hook = []
+
+
+def _release_at_exit():
+    """Dynamo's code caches (C++ state on code objects) and AOTAutograd's wrappers keep the
+    compiled partitions, and with them DVM's executables, alive past the teardown of DVM's
+    extension module, which nanobind then reports as leaks. Drop them while Python still runs."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        try:
+            dynamo.reset()
+        except Exception:  # noqa: BLE001  (best effort at exit)
+            pass
+    gc.collect()
+
+
+def _register_exit_hook():
+    if not _exit_hook:
+        _exit_hook.append(True)
+        atexit.register(_release_at_exit)
 
 
 @functools.lru_cache(maxsize=1)
@@ -151,6 +174,7 @@ def dvm_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs
     if unknown:
         log.warning("dvm backend ignores options %s (known: %s)", unknown, list(OPTIONS))
     freeze = bool(options.get("freeze_weights", False))
+    _register_exit_hook()
     name = f"g{next(_counter)}"
     if not _needs_autograd(gm, example_inputs):
         compiled = _compile_inference(gm, example_inputs, name, freeze)
