@@ -239,6 +239,42 @@ void BM_BertCachedShape(benchmark::State& state) {
 }
 BENCHMARK(BM_BertCachedShape)->Iterations(64)->Unit(benchmark::kMicrosecond);
 
+// The host cost of a call at a cached binding: a transformer layer so narrow (hidden 16, two
+// heads, batch 1, 2 tokens) that its kernels do next to nothing, so the time is binding,
+// plan lookup, argument resolution and launches. Counter us_per_kernel divides by the kernels
+// launched. Arg: 0 = one thread, 1 = the default pool.
+void BM_CallOverhead(benchmark::State& state) {
+  models::TransformerConfig c;
+  c.hidden = 16;
+  c.heads = 2;
+  c.ffn = 32;
+  GraphCompileOptions o;
+  if (state.range(0) == 0) o.num_threads = 1;
+  auto exe = Executable::compile(models::transformer_layer(c, "tiny_layer").value(), o).value();
+  std::mt19937 rng(5);
+  std::vector<HostBuf> ins;
+  for (auto& s : models::transformer_layer_input_shapes(c, 1, 2)) {
+    ins.push_back(make(DType::kF32, s, rng));
+  }
+  HostBuf out = make(DType::kF32, {1, 2, 16}, rng);
+  std::vector<TensorArg> in;
+  for (auto& b : ins) in.push_back(b.arg);
+  GraphRunStats st;
+  for (auto _ : state) {
+    Status s = exe->run(in, {&out.arg, 1}, &st);
+    if (!s.is_ok()) {
+      state.SkipWithError(s.to_string().c_str());
+      break;
+    }
+  }
+  int kernels = st.kernels_launched + st.native_launched;
+  state.counters["kernels"] = kernels;
+  state.counters["us_per_kernel"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kernels,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_CallOverhead)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

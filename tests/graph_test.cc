@@ -564,6 +564,66 @@ TEST(Executable, AllocatingRunMatchesTwoStepRun) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
 }
 
+// A repeated call at a known binding and layout binds only addresses (PreparedCall): each call
+// below passes new buffers, in a different order of bindings and layouts, and must compute
+// from its own memory: a stale address, a swapped argument or an arena offset from another
+// binding shows as a difference from the unfused executable, which always takes the full path.
+TEST(Executable, RepeatedCallsUseTheirOwnAddresses) {
+  Graph g = gelu_mlp_graph();
+  auto fused = compile_or_die(g, true);
+  auto unfused = compile_or_die(g, false);
+  std::mt19937 rng(17);
+  for (int round = 0; round < 4; ++round) {
+    for (int64_t s : {3, 9, 3}) {
+      std::vector<HostTensor> in = inputs_for("gelu_mlp", s, rng);
+      GraphRunStats st;
+      auto a = run_graph(*fused, in, &st);
+      auto b = run_graph(*unfused, in);
+      ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().to_string() << b.status().to_string();
+      expect_close((*a)[0], (*b)[0], 5e-5, "S=" + std::to_string(s));
+      EXPECT_EQ(st.kernels_launched, 2);
+      // x as a transposed view: another layout at the same binding.
+      HostTensor xt = host(DType::kF32, {32, s});
+      for (int64_t i = 0; i < s; ++i)
+        for (int64_t j = 0; j < 32; ++j) xt.set(j * s + i, in[0].at(i * 32 + j));
+      std::vector<TensorArg> args;
+      for (HostTensor& h : in) args.push_back(h.arg());
+      args[0] = xt.arg();
+      args[0].shape = {s, 32};
+      args[0].strides = {1, s};
+      HostTensor out = host(DType::kF32, {s, 32});
+      TensorArg o = out.arg();
+      Status r = fused->run(args, {&o, 1});
+      ASSERT_TRUE(r.is_ok()) << r.to_string();
+      expect_close(out, (*b)[0], 5e-5, "transposed x, S=" + std::to_string(s));
+    }
+  }
+  // b1 [64] and b2 [32] as views of one buffer, then of two buffers with the same layout:
+  // arguments are told apart by position, never by address.
+  std::vector<HostTensor> in = inputs_for("gelu_mlp", 5, rng);
+  HostTensor bias = random_host(DType::kF32, {64}, rng);
+  HostTensor other = random_host(DType::kF32, {64}, rng);
+  for (int rep = 0; rep < 3; ++rep) {
+    HostTensor& b2 = rep == 1 ? other : bias;
+    std::vector<TensorArg> args;
+    for (HostTensor& h : in) args.push_back(h.arg());
+    args[2] = bias.arg();
+    args[4] = b2.arg();
+    args[4].shape = {32};
+    args[4].storage_elems = 64;
+    std::vector<HostTensor> ref_in = in;
+    ref_in[2] = bias;
+    ref_in[4] = host(DType::kF32, {32});
+    for (int64_t i = 0; i < 32; ++i) ref_in[4].set(i, b2.at(i));
+    auto want = run_graph(*unfused, ref_in);
+    ASSERT_TRUE(want.is_ok());
+    HostTensor out = host(DType::kF32, {5, 32});
+    TensorArg o = out.arg();
+    ASSERT_TRUE(fused->run(args, {&o, 1}).is_ok());
+    expect_close(out, (*want)[0], 5e-5, "shared bias buffer, rep " + std::to_string(rep));
+  }
+}
+
 TEST(Executable, FusedPeakMemoryIsNoHigherThanUnfused) {
   for (const Pattern& p : kPatterns) {
     auto fused = compile_or_die(p.build(), true);

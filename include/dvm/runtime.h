@@ -115,6 +115,19 @@ class CompiledKernel {
   // caller can encode several kernels concurrently before launching them in order.
   Status prepare(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                  std::span<const ScalarArg> params = {}, RunStats* stats = nullptr) const;
+  // A launch resolved once for one layout of the arguments (dtypes, shapes, strides, offsets,
+  // storage sizes) and one set of params: the checks, the program lookup and the bounds proof
+  // are done, so only addresses and versions change between the calls that reuse it.
+  struct Launch;
+  StatusOr<std::shared_ptr<const Launch>> prepare_launch(std::span<const TensorArg> inputs,
+                                                         std::span<const TensorArg> outputs,
+                                                         std::span<const ScalarArg> params = {},
+                                                         RunStats* stats = nullptr) const;
+  // Runs `launch` at this call's addresses: data[k] is argument k's `data` (inputs, then
+  // outputs), each laid out exactly as when the launch was prepared; versions[k] the version
+  // of input k (null: all 0). The caller guarantees the layout; nothing is re-checked.
+  void run_launch(const Launch& launch, std::span<void* const> data,
+                  const uint64_t* versions = nullptr) const;
   // The disassembled bytecode of the programs for these inputs (encodes if needed).
   StatusOr<std::string> disassemble(std::span<const TensorArg> inputs,
                                     std::span<const TensorArg> outputs) const;

@@ -46,13 +46,55 @@ struct Step {
   int native_node = -1;  // native kernels
 };
 
+// A call at a known binding whose arguments have a known layout, resolved once: each kernel's
+// launch (programs found, bounds proven) and where each of its arguments lives, so a repeated
+// call only binds addresses. Made after a call that took the full path, for graphs of VM
+// kernels only (native ops and operand copies keep the full path).
+struct PreparedCall {
+  struct Arg {
+    enum Kind : uint8_t { kInput, kOutput, kArena } kind;
+    int64_t where;  // input or output index; arena: byte offset
+  };
+  struct Kernel {
+    int step = -1;
+    std::shared_ptr<const CompiledKernel::Launch> launch;
+    std::vector<Arg> args;  // the kernel's inputs, then its outputs
+    int num_inputs = 0;
+    bool any_version = false;  // some input comes from a graph input (weights may be versioned)
+    int64_t bytes_moved = 0;
+  };
+  std::vector<Kernel> kernels;                      // by step
+  std::vector<std::vector<int>> stacked, in_order;  // per wave: kernel indices
+};
+
 struct BindingPlan {
   SymBindings bindings;
   std::vector<std::vector<int64_t>> shapes;  // per node
   std::vector<int64_t> slot_offset;
   int64_t arena_bytes = 0;
   std::vector<std::vector<ScalarArg>> params;  // per step
+  // Prepared calls by argument layout (layout_key).
+  mutable std::mutex mu;
+  mutable std::map<std::vector<int64_t>, std::shared_ptr<const PreparedCall>> prepared;
 };
+
+// What a prepared call depends on besides the binding: every argument's dtype, shape,
+// strides, offset and storage size.
+void layout_key(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+                std::vector<int64_t>* key) {
+  key->clear();
+  for (std::span<const TensorArg> args : {inputs, outputs}) {
+    for (const TensorArg& t : args) {
+      key->push_back(static_cast<int64_t>(t.dtype));
+      key->push_back(static_cast<int64_t>(t.shape.size()));
+      key->insert(key->end(), t.shape.begin(), t.shape.end());
+      key->push_back(static_cast<int64_t>(t.strides.size()));
+      key->insert(key->end(), t.strides.begin(), t.strides.end());
+      key->push_back(t.offset);
+      key->push_back(t.storage_elems);
+    }
+  }
+}
 
 struct Arena {
   char* data = nullptr;
@@ -99,6 +141,15 @@ struct Executable::Impl {
   Status encode_concurrently(const std::vector<std::vector<TensorArg>>& in,
                              const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
                              GraphRunStats* st, std::vector<char>* prepared) const;
+  // A repeated call: only addresses are bound (see PreparedCall).
+  void run_prepared(const PreparedCall& pc, std::span<const TensorArg> inputs,
+                    std::span<const TensorArg> outputs, Arena* arena, GraphRunStats* st) const;
+  // The PreparedCall of a call that just ran the full path with these kernel arguments; null
+  // when the graph or the call needs the full path every time.
+  std::shared_ptr<const PreparedCall> prepare_call(
+      const BindingPlan& p, std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+      const char* arena, const std::vector<std::vector<TensorArg>>& ins,
+      const std::vector<std::vector<TensorArg>>& outs) const;
   // Runs a call whose inputs are bound to `plan` (fresh: the plan was just made) into outputs.
   Status run_bound(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                    const BindingPlan& plan, bool fresh, double t0, GraphRunStats* stats) const;
@@ -469,6 +520,7 @@ class CallState {
   StatusOr<TensorArg> resolve_load(const fuser::LoadSpec& l);
   TensorArg storage(int id);
   const SymBindings& bindings() const { return p_.bindings; }
+  bool copied_operands() const { return !temps_.empty(); }
 
  private:
   StatusOr<TensorArg> view_of(int id, int src);
@@ -644,6 +696,111 @@ Status Executable::run(std::span<const TensorArg> inputs, const OutputAllocator&
   return x.run_bound(inputs, outputs, *p, fresh, t0, stats);
 }
 
+std::shared_ptr<const PreparedCall> Executable::Impl::prepare_call(
+    const BindingPlan& p, std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+    const char* arena, const std::vector<std::vector<TensorArg>>& ins,
+    const std::vector<std::vector<TensorArg>>& outs) const {
+  // Arguments are told apart by address: the call's own must be distinct and present.
+  std::vector<const void*> bases;
+  for (std::span<const TensorArg> args : {inputs, outputs})
+    for (const TensorArg& t : args) bases.push_back(t.data);
+  std::vector<const void*> sorted = bases;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+      (!sorted.empty() && sorted[0] == nullptr)) {
+    return nullptr;
+  }
+  auto pc = std::make_shared<PreparedCall>();
+  pc->kernels.resize(steps.size());
+  const auto where = [&](const TensorArg& t, PreparedCall::Arg* a) {
+    for (size_t k = 0; k < bases.size(); ++k) {
+      if (t.data != bases[k]) continue;
+      *a = k < inputs.size()
+               ? PreparedCall::Arg{PreparedCall::Arg::kInput, int64_t(k)}
+               : PreparedCall::Arg{PreparedCall::Arg::kOutput, int64_t(k - inputs.size())};
+      return true;
+    }
+    const char* c = static_cast<const char*>(t.data);
+    if (c < arena || c >= arena + p.arena_bytes) return false;
+    *a = PreparedCall::Arg{PreparedCall::Arg::kArena, c - arena};
+    return true;
+  };
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (!steps[s].kernel) return nullptr;
+    PreparedCall::Kernel& k = pc->kernels[s];
+    k.step = static_cast<int>(s);
+    RunStats rs;
+    StatusOr<std::shared_ptr<const CompiledKernel::Launch>> l =
+        steps[s].kernel->prepare_launch(ins[s], outs[s], p.params[s], &rs);
+    if (!l.is_ok()) return nullptr;
+    k.launch = *l;
+    k.bytes_moved = rs.bytes_moved;
+    k.num_inputs = static_cast<int>(ins[s].size());
+    for (const auto* list : {&ins[s], &outs[s]}) {
+      for (const TensorArg& t : *list) {
+        PreparedCall::Arg a{};
+        if (!where(t, &a)) return nullptr;
+        k.any_version = k.any_version || (list == &ins[s] && a.kind == PreparedCall::Arg::kInput);
+        k.args.push_back(a);
+      }
+    }
+  }
+  for (const std::vector<int>& wave : waves) {
+    std::vector<int> small, rest;
+    for (int s : wave) (stackable(p, s) ? small : rest).push_back(s);
+    if (small.size() < 2) {
+      rest = wave;
+      small.clear();
+    }
+    pc->stacked.push_back(std::move(small));
+    pc->in_order.push_back(std::move(rest));
+  }
+  return pc;
+}
+
+void Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const TensorArg> inputs,
+                                    std::span<const TensorArg> outputs, Arena* arena,
+                                    GraphRunStats* st) const {
+  const auto launch = [&](const PreparedCall::Kernel& k) {
+    thread_local std::vector<void*> data;
+    thread_local std::vector<uint64_t> versions;
+    data.resize(k.args.size());
+    versions.assign(static_cast<size_t>(k.num_inputs), 0);
+    for (size_t j = 0; j < k.args.size(); ++j) {
+      const PreparedCall::Arg& a = k.args[j];
+      switch (a.kind) {
+        case PreparedCall::Arg::kInput:
+          data[j] = inputs[a.where].data;
+          if (j < versions.size()) versions[j] = inputs[a.where].version;
+          break;
+        case PreparedCall::Arg::kOutput:
+          data[j] = outputs[a.where].data;
+          break;
+        case PreparedCall::Arg::kArena:
+          data[j] = arena->data + a.where;
+          break;
+      }
+    }
+    steps[k.step].kernel->run_launch(*k.launch, data, k.any_version ? versions.data() : nullptr);
+  };
+  for (size_t w = 0; w < pc.stacked.size(); ++w) {
+    const std::vector<int>& small = pc.stacked[w];
+    if (!small.empty()) {
+      int parts = std::min<int>(base::hardware_threads(), static_cast<int>(small.size()));
+      if (options.num_threads > 0) parts = std::min(parts, options.num_threads);
+      base::parallel_for(parts, [&](int part) {
+        for (size_t i = part; i < small.size(); i += parts) launch(pc.kernels[small[i]]);
+      });
+    }
+    for (int s : pc.in_order[w]) launch(pc.kernels[s]);
+    for (int s : small) st->bytes_moved += pc.kernels[s].bytes_moved;
+    for (int s : pc.in_order[w]) st->bytes_moved += pc.kernels[s].bytes_moved;
+    st->kernels_launched += static_cast<int>(small.size() + pc.in_order[w].size());
+    st->cache_hits += static_cast<int>(small.size() + pc.in_order[w].size());
+    st->kernels_stacked += static_cast<int>(small.size());
+  }
+}
+
 Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
                                    std::span<const TensorArg> outputs, const BindingPlan& plan,
                                    bool fresh, double t0, GraphRunStats* stats) const {
@@ -667,7 +824,21 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
   arena->reserve(p->arena_bytes);
   GraphRunStats st;
   st.peak_bytes = p->arena_bytes;
+  thread_local std::vector<int64_t> key;
+  layout_key(inputs, outputs, &key);
+  std::shared_ptr<const PreparedCall> pc;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    auto it = p->prepared.find(key);
+    if (it != p->prepared.end()) pc = it->second;
+  }
   st.bind_us = base::now_us() - t0;
+  if (pc) {
+    x.run_prepared(*pc, inputs, outputs, arena.get(), &st);
+    x.give_arena(std::move(arena));
+    if (stats) *stats = st;
+    return Status::ok();
+  }
   CallState cs(x, *p, inputs, outputs, arena.get());
   Status status;
   size_t n = x.steps.size();
@@ -730,6 +901,15 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
     }
     exec::strided_copy(*src, with_strides(outputs[k]));
     ++st.native_launched;
+  }
+  if (status.is_ok() && st.native_launched == 0 && !cs.copied_operands()) {
+    std::shared_ptr<const PreparedCall> made =
+        x.prepare_call(*p, inputs, outputs, arena->data, ins, outs);
+    if (made) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      if (p->prepared.size() >= kMaxBindingPlans) p->prepared.clear();
+      p->prepared.emplace(key, std::move(made));
+    }
   }
   x.give_arena(std::move(arena));
   if (stats) *stats = st;

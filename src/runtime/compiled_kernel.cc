@@ -209,6 +209,86 @@ Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
   return impl_->lookup(inputs, outputs, params, stats).status();
 }
 
+struct CompiledKernel::Launch {
+  std::shared_ptr<const Impl::Encoded> encoded;
+  size_t num_inputs = 0;
+  std::vector<bc::Constant> consts;
+};
+
+namespace {
+
+// The params as the programs' constant operands.
+void param_constants(const ir::KernelDef& def, std::span<const ScalarArg> params,
+                     std::vector<bc::Constant>* consts) {
+  consts->resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    bool f = is_float(def.param_dtypes[i]);
+    bc::Constant& c = (*consts)[i];
+    c.f32 = static_cast<float>(f ? params[i].f : static_cast<double>(params[i].i));
+    int64_t iv = f ? static_cast<int64_t>(params[i].f) : params[i].i;
+    if (def.param_dtypes[i] == DType::kBool) iv = (f ? params[i].f != 0 : params[i].i != 0);
+    c.i64 = iv;
+    c.i32 = static_cast<int32_t>(static_cast<uint64_t>(iv));
+  }
+}
+
+// Relocation's proof: every span the verifier computed lies inside its slot's storage.
+Status check_spans(const std::string& kernel, const enc::EncodedKernel& ek,
+                   std::span<const TensorArg> inputs, std::span<const TensorArg> outputs) {
+  size_t io = inputs.size() + outputs.size();
+  for (size_t s = 0; s < ek.slot_spans.size(); ++s) {
+    auto [lo, hi] = ek.slot_spans[s];
+    if (lo > hi) continue;
+    bool present = true;  // workspaces always are
+    int64_t storage;
+    if (s < io) {
+      const TensorArg& t = s < inputs.size() ? inputs[s] : outputs[s - inputs.size()];
+      present = t.data != nullptr;
+      storage = storage_of(t);
+    } else {
+      storage = ek.workspace_elems[s - io];
+    }
+    if (!present || lo < 0 || hi >= storage) {
+      return out_of_range(kernel + ": a program would access elements [" + std::to_string(lo) +
+                          ", " + std::to_string(hi) + "] of slot " + std::to_string(s) +
+                          " whose storage has " + std::to_string(storage) + " elements");
+    }
+  }
+  return Status::ok();
+}
+
+// Binds the addresses (arguments, then this thread's workspaces) and launches every program.
+void launch_programs(const std::vector<std::shared_ptr<const vm::LoadedProgram>>& loaded,
+                     const enc::EncodedKernel& ek, size_t io, size_t num_inputs,
+                     std::span<void* const> data, const uint64_t* in_versions,
+                     const bc::Constant* consts, int threads) {
+  size_t nslots = ek.slot_spans.size();
+  thread_local std::vector<void*> slots;
+  thread_local std::vector<uint64_t> versions;
+  thread_local std::vector<std::vector<char>> workspaces;
+  slots.assign(nslots, nullptr);
+  bool any_version = false;
+  if (in_versions != nullptr) {
+    versions.assign(nslots, 0);
+    for (size_t s = 0; s < num_inputs; ++s) {
+      versions[s] = in_versions[s];
+      any_version = any_version || in_versions[s] != 0;
+    }
+  }
+  for (size_t s = 0; s < io; ++s) slots[s] = data[s];
+  if (workspaces.size() < ek.workspace_bytes.size()) workspaces.resize(ek.workspace_bytes.size());
+  for (size_t s = io; s < nslots; ++s) {
+    auto& ws = workspaces[s - io];
+    size_t bytes = static_cast<size_t>(ek.workspace_bytes[s - io]);
+    if (ws.size() < bytes) ws.resize(bytes);
+    slots[s] = ws.data();
+  }
+  vm::LaunchArgs args{slots.data(), consts, any_version ? versions.data() : nullptr};
+  for (const auto& p : loaded) vm::launch(*p, args, threads);
+}
+
+}  // namespace
+
 Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                            std::span<const ScalarArg> params, RunStats* stats) const {
   DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
@@ -218,64 +298,48 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Impl::Encoded> enc,
                        impl_->lookup(inputs, outputs, params, stats));
   const enc::EncodedKernel& ek = enc->kernel;
-  // Relocation: the programs address slots; bind this call's pointers and prove the spans
-  // the verifier computed lie inside this call's storage.
-  const ir::KernelDef& def = impl_->kernel.def();
-  size_t nslots = ek.slot_spans.size();
-  thread_local std::vector<void*> slots;
-  thread_local std::vector<uint64_t> versions;
-  thread_local std::vector<std::vector<char>> workspaces;
-  slots.assign(nslots, nullptr);
-  versions.assign(nslots, 0);
-  bool any_version = false;
+  DVM_RETURN_IF_ERROR(check_spans(impl_->kernel.def().name, ek, inputs, outputs));
   size_t io = inputs.size() + outputs.size();
-  if (workspaces.size() < ek.workspace_bytes.size()) workspaces.resize(ek.workspace_bytes.size());
-  for (size_t s = 0; s < nslots; ++s) {
-    auto [lo, hi] = ek.slot_spans[s];
-    int64_t storage;
-    if (s < io) {
-      const TensorArg& t = s < inputs.size() ? inputs[s] : outputs[s - inputs.size()];
-      slots[s] = t.data;
-      storage = storage_of(t);
-      // Outputs are written: never cached as constant operands.
-      if (s < inputs.size() && t.version != 0) {
-        versions[s] = t.version;
-        any_version = true;
-      }
-    } else {
-      auto& ws = workspaces[s - io];
-      size_t bytes = static_cast<size_t>(ek.workspace_bytes[s - io]);
-      if (ws.size() < bytes) ws.resize(bytes);
-      slots[s] = ws.data();
-      storage = ek.workspace_elems[s - io];
-    }
-    if (lo > hi) continue;
-    if (slots[s] == nullptr || lo < 0 || hi >= storage) {
-      return out_of_range(def.name + ": a program would access elements [" + std::to_string(lo) +
-                          ", " + std::to_string(hi) + "] of slot " + std::to_string(s) +
-                          " whose storage has " + std::to_string(storage) + " elements");
-    }
+  thread_local std::vector<void*> data;
+  thread_local std::vector<uint64_t> versions;
+  data.resize(io);
+  versions.assign(inputs.size(), 0);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    data[k] = inputs[k].data;
+    versions[k] = inputs[k].version;
   }
+  for (size_t k = 0; k < outputs.size(); ++k) data[inputs.size() + k] = outputs[k].data;
   thread_local std::vector<bc::Constant> consts;
-  consts.resize(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    bool f = is_float(def.param_dtypes[i]);
-    consts[i].f32 = static_cast<float>(f ? params[i].f : static_cast<double>(params[i].i));
-    int64_t iv = f ? static_cast<int64_t>(params[i].f) : params[i].i;
-    if (def.param_dtypes[i] == DType::kBool) iv = (f ? params[i].f != 0 : params[i].i != 0);
-    consts[i].i64 = iv;
-    consts[i].i32 = static_cast<int32_t>(static_cast<uint64_t>(iv));
-  }
-  vm::LaunchArgs args{slots.data(), consts.data(), any_version ? versions.data() : nullptr};
-  for (const auto& p : enc->loaded) {
-    vm::launch(*p, args, impl_->threads);
-    if (stats) stats->blocks += p->program.grid;
-  }
+  param_constants(impl_->kernel.def(), params, &consts);
+  launch_programs(enc->loaded, ek, io, inputs.size(), data, versions.data(), consts.data(),
+                  impl_->threads);
   if (stats) {
+    for (const auto& p : enc->loaded) stats->blocks += p->program.grid;
     stats->programs = static_cast<int>(ek.programs.size());
     stats->bytes_moved = ek.bytes_moved;
   }
   return Status::ok();
+}
+
+StatusOr<std::shared_ptr<const CompiledKernel::Launch>> CompiledKernel::prepare_launch(
+    std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+    std::span<const ScalarArg> params, RunStats* stats) const {
+  DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
+  DVM_RETURN_IF_ERROR(
+      runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs, impl_->in_place_ok));
+  if (stats) *stats = RunStats{};
+  auto l = std::make_shared<Launch>();
+  DVM_ASSIGN_OR_RETURN(l->encoded, impl_->lookup(inputs, outputs, params, stats));
+  DVM_RETURN_IF_ERROR(check_spans(impl_->kernel.def().name, l->encoded->kernel, inputs, outputs));
+  l->num_inputs = inputs.size();
+  param_constants(impl_->kernel.def(), params, &l->consts);
+  return std::shared_ptr<const Launch>(std::move(l));
+}
+
+void CompiledKernel::run_launch(const Launch& l, std::span<void* const> data,
+                                const uint64_t* versions) const {
+  launch_programs(l.encoded->loaded, l.encoded->kernel, data.size(), l.num_inputs, data, versions,
+                  l.consts.data(), impl_->threads);
 }
 
 StatusOr<std::vector<std::vector<int64_t>>> CompiledKernel::infer_output_shapes(

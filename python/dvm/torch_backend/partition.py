@@ -248,6 +248,10 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
             continue
         mod.freeze_weights = freeze_weights
         setattr(fused, node.target, mod)
+        # The generated forward reads `self.dvm_k` on every call; as a submodule that lookup
+        # misses the instance dict and goes through nn.Module.__getattr__ (~0.5 us). An
+        # instance-dict entry (the submodule registration stays) is found directly.
+        fused.__dict__[node.target] = mod
         if extra:
             args = list(node.args)
             with fused.graph.inserting_before(node):
