@@ -219,6 +219,8 @@ class Executable {
   // The fusion result: each kernel, its kind and ops, and why each boundary exists.
   std::string fusion_report() const;
   int num_kernels() const;
+  // The threads its kernels run on (the compile option, or all hardware threads for 0).
+  int num_threads() const;
 
   struct Impl;  // implementation detail (src/exec/executable.cc)
 

@@ -280,6 +280,7 @@ void bind_executable(nb::module_& m) {
           nb::arg("bindings"))
       .def("fusion_report", [](const PyExecutable& x) { return x.exe->fusion_report(); })
       .def_prop_ro("num_kernels", [](const PyExecutable& x) { return x.exe->num_kernels(); })
+      .def_prop_ro("num_threads", [](const PyExecutable& x) { return x.exe->num_threads(); })
       .def_prop_ro("source", [](const PyExecutable& x) { return x.exe->source(); })
       .def_prop_ro("optimized", [](const PyExecutable& x) { return x.exe->optimized(); });
 }

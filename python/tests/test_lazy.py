@@ -552,3 +552,25 @@ def test_parameter_written_through_data_is_seen_by_default():
             torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
             lin.weight.data.mul_(-1.5)
     assert dvm.weight_cache_stats().packs == 0
+
+
+def test_flushes_follow_torch_thread_count(monkeypatch):
+    """Lazy flushes run on torch's intra-op thread count unless the caller set one."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.delenv("DVM_NUM_THREADS", raising=False)
+    before, opts = torch.get_num_threads(), L.options()
+    try:
+        torch.set_num_threads(1)
+        with torch.no_grad(), L():
+            y = torch.tanh(torch.ones(3)) * 2
+        assert L.options().num_threads == 1
+        torch.testing.assert_close(y, torch.tanh(torch.ones(3)) * 2)
+        mine = L.options()
+        mine.num_threads = 2  # the caller's choice stays
+        L.set_options(mine)
+        with torch.no_grad(), L():
+            pass
+        assert L.options().num_threads == 2
+    finally:
+        torch.set_num_threads(before)
+        L.set_options(opts)

@@ -449,3 +449,33 @@ def test_process_exits_without_leak_warnings():
     assert "leaked" not in r.stderr, r.stderr
     r = run({"DVM_LEAK_WARNINGS": "1"})
     assert r.returncode == 0 and "leaked" in r.stderr
+
+
+def test_partitions_follow_torch_thread_count(monkeypatch):
+    """DVM's kernels run on torch's intra-op thread count (the two pools share the cores);
+    DVM_NUM_THREADS, when set, decides instead."""
+    from dvm.torch_backend.partition import torch_threads
+
+    monkeypatch.delenv("DVM_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    seen = []
+    orig = DvmPartition.exe
+
+    def record(self, exe):
+        orig.fset(self, exe)
+        seen.append(exe.num_threads)
+
+    DvmPartition.exe = orig.setter(record)
+    try:
+        torch.set_num_threads(1)
+        f = torch.compile(lambda x: torch.sigmoid(x) * 3, backend="dvm", dynamic=True)
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(f(x), torch.sigmoid(x) * 3)
+        assert seen == [1]
+        torch.set_num_threads(2)
+        assert torch_threads() == 2
+        monkeypatch.setenv("DVM_NUM_THREADS", "1")
+        assert torch_threads() == 0  # the executable's default: DVM_NUM_THREADS
+    finally:
+        torch.set_num_threads(before)
+        DvmPartition.exe = orig

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/thread_pool.h"
 #include "exec/native_ops.h"
 #include "exec/views.h"
@@ -965,6 +966,12 @@ std::string Executable::fusion_report() const {
 
 int Executable::num_kernels() const {
   return static_cast<int>(impl_->steps.size());
+}
+
+int Executable::num_threads() const {
+  int t = impl_->options.num_threads > 0 ? impl_->options.num_threads : base::hardware_threads();
+  if (base::env().num_threads > 0) t = std::min(t, base::env().num_threads);
+  return std::max(1, t);
 }
 
 }  // namespace dvm

@@ -7,6 +7,7 @@ it reads a pending value or writes memory the trace reads or produces.
 """
 
 import functools
+import os
 import threading
 
 from .._dvm import DvmError
@@ -157,6 +158,20 @@ def _make_mode_class(torch):
     return DvmLazyMode
 
 
+_auto_threads = [None]  # the thread count lazy mode last took from torch (None: never)
+
+
+def _follow_torch_threads(torch, o):
+    """Flushes run on torch's intra-op thread count (torch.set_num_threads) unless the caller
+    chose a count (lazy options) or DVM_NUM_THREADS is set: the two pools then never
+    oversubscribe the cores between them."""
+    if os.environ.get("DVM_NUM_THREADS", "").strip():
+        return
+    if o.num_threads not in (0, _auto_threads[0]):
+        return  # set by the caller
+    o.num_threads = _auto_threads[0] = torch.get_num_threads()
+
+
 class LazyMode:
     """``with dvm.lazy():`` / ``@dvm.lazy()``: records supported torch ops into DVM.
 
@@ -179,10 +194,11 @@ class LazyMode:
         _install(torch)
         if _mode_class is None:
             _mode_class = _make_mode_class(torch)
+        o = _lz.options()
         if self.max_trace_ops is not None:
-            o = _lz.options()
             o.max_trace_ops = int(self.max_trace_ops)
-            _lz.set_options(o)
+        _follow_torch_threads(torch, o)
+        _lz.set_options(o)
         mode = _mode_class()
         mode.__enter__()
         self._modes.append(mode)

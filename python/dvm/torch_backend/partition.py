@@ -11,6 +11,7 @@ only of views and copies stay in PyTorch (there, they cost nothing).
 from __future__ import annotations
 
 import operator
+import os
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -90,6 +91,14 @@ def _shape_env(gm, example_inputs):
     return getattr(fm, "shape_env", None) if fm is not None else None
 
 
+def torch_threads() -> int:
+    """DVM follows torch's intra-op thread count (torch.set_num_threads), so the two pools do
+    not oversubscribe the cores between them; DVM_NUM_THREADS, when set, decides instead (0)."""
+    if os.environ.get("DVM_NUM_THREADS", "").strip():
+        return 0
+    return torch.get_num_threads()
+
+
 def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbols=()):
     """Translates one partition GraphModule into a DVM graph, compiles it once, and wraps it.
 
@@ -154,7 +163,7 @@ def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbo
             extra.append(s)
         # else: DVM may still solve it from a dim like s0*4 (else run time falls back)
     graph = tr.gb.build()
-    exe = dvm.Executable.compile(graph)
+    exe = dvm.Executable.compile(graph, num_threads=torch_threads())
     bump("dvm_partitions")
     bump("dvm_nodes", sum(1 for n in sub.graph.nodes if n.op == "call_function"))
     part = DvmPartition(name, exe, in_plan, out_plan, out_dtypes, tuple_out, sub, graph,
