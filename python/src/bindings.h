@@ -34,6 +34,9 @@ class StatusError : public std::exception {
   std::string what_;
 };
 
+// Sets dvm.DvmError (with .code and .message) as the current Python exception.
+void set_python_error(const Status& status);
+
 inline void raise_if_error(const Status& s) {
   if (!s.is_ok()) throw StatusError(s);
 }

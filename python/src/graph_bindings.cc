@@ -15,6 +15,7 @@
 #include "bindings.h"
 #include "dvm/graph.h"
 #include "dvm/models.h"
+#include "torch_call_api.h"
 
 namespace dvm::python {
 namespace {
@@ -96,6 +97,43 @@ nb::list call(const PyExecutable& x, nb::args inputs) {
   nb::list result;
   for (nb::object& o : outs) result.append(o);
   return result;
+}
+
+// TorchCallApi::run: the executable's call for dvm._dvm_torch (see torch_call_api.h).
+int torch_api_run(PyObject* exe, const std::vector<TensorArg>& inputs,
+                  const TorchCallApi::Allocate& allocate) {
+  try {
+    const PyExecutable& x = nb::cast<const PyExecutable&>(nb::handle(exe));
+    const std::vector<DType> dtypes = x.exe->output_dtypes();
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = x.exe->run(
+          inputs,
+          [&](const std::vector<std::vector<int64_t>>& shapes,
+              std::vector<TensorArg>* args) -> Status {
+            std::string error;
+            if (allocate(shapes, dtypes, args, &error)) return Status::ok();
+            return internal_error(x.exe->source().name() + ": allocating outputs: " + error);
+          });
+    }
+    raise_if_error(st);
+    return 0;
+  } catch (...) {
+    // What nanobind would raise from a binding: DvmError for a Status, TypeError for a cast.
+    try {
+      throw;
+    } catch (nb::python_error& e) {
+      e.restore();
+    } catch (const nb::cast_error&) {
+      PyErr_SetString(PyExc_TypeError, "expected a dvm.Executable");
+    } catch (const StatusError& e) {
+      set_python_error(e.status());
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return -1;
+  }
 }
 
 std::vector<std::vector<int64_t>> output_shapes(const PyExecutable& x, nb::handle inputs) {
@@ -239,6 +277,10 @@ void bind_executable(nb::module_& m) {
       .def_ro("bytes_moved", &GraphRunStats::bytes_moved)
       .def_ro("peak_bytes", &GraphRunStats::peak_bytes)
       .def("__repr__", &stats_repr);
+
+  static const TorchCallApi api{TorchCallApi::kVersion, &torch_api_run};
+  m.attr("_torch_call_api") =
+      nb::capsule(static_cast<const void*>(&api), TorchCallApi::kCapsuleName);
 
   nb::class_<PyExecutable>(m, "Executable",
                            "A graph compiled once (decompose, simplify, fuse, plan memory) and "

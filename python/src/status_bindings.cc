@@ -40,15 +40,19 @@ void translate_status_error(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
   } catch (const StatusError& e) {
-    nb::object type = nb::borrow(g_dvm_error);
-    nb::object error = type(utf8_text(e.status().to_string()));
-    error.attr("code") = e.status().code();
-    error.attr("message") = utf8_text(e.status().message());
-    PyErr_SetObject(g_dvm_error, error.ptr());
+    set_python_error(e.status());
   }
 }
 
 }  // namespace
+
+void set_python_error(const Status& status) {
+  nb::object type = nb::borrow(g_dvm_error);
+  nb::object error = type(utf8_text(status.to_string()));
+  error.attr("code") = status.code();
+  error.attr("message") = utf8_text(status.message());
+  PyErr_SetObject(g_dvm_error, error.ptr());
+}
 
 void bind_status(nb::module_& m) {
   nb::enum_<StatusCode> code(m, "StatusCode");

@@ -240,6 +240,7 @@ def test_parameters_zero_copy(freeze):
             return call(*ins)
 
         self._exe_call = spy
+        self._torch_call = None  # the C++ path would bypass the spy
 
     DvmPartition.exe = orig.setter(spy_setter)
     try:
@@ -479,3 +480,41 @@ def test_partitions_follow_torch_thread_count(monkeypatch):
     finally:
         torch.set_num_threads(before)
         DvmPartition.exe = orig
+
+
+def test_torch_call_path_reads_tensors_in_cpp():
+    """dvm._dvm_torch.call runs an executable on torch tensors picked from an argument tuple:
+    strided views as they are, outputs made by at::Tensor; what it does not take (torch's
+    negative bit, a non-tensor) raises NotImplementedError so the partition uses the general
+    path; DVM errors are dvm.DvmError."""
+    from dvm import _dvm_torch
+
+    gb = dvm.GraphBuilder("g")
+    s = gb.symbol("S")
+    x = gb.input("x", dvm.DType.F32, [s, 8])
+    b = gb.input("b", dvm.DType.F32, [8])
+    gb.output("y", gb.unary(dvm.UnaryOp.TANH, gb.binary(dvm.BinaryOp.ADD, x, b)))
+    exe = dvm.Executable.compile(gb.build())
+    xs = torch.randn(8, 5)
+    bias = torch.randn(8)
+    for xin in (torch.randn(5, 8), xs.t(), torch.randn(1, 8)):
+        (y,) = _dvm_torch.call(exe, (None, xin, bias), (1, 2))
+        torch.testing.assert_close(y, torch.tanh(xin + bias))
+        assert y.dtype == torch.float32 and y.is_contiguous()
+    with pytest.raises(NotImplementedError):
+        _dvm_torch.call(exe, (torch._neg_view(xs.t()), bias), (0, 1))
+    with pytest.raises(NotImplementedError):
+        _dvm_torch.call(exe, (xs.t().numpy(), bias), (0, 1))
+    with pytest.raises(IndexError):
+        _dvm_torch.call(exe, (xs.t(), bias), (0, 2))
+    with pytest.raises(TypeError):
+        _dvm_torch.call("not an executable", (xs.t(), bias), (0, 1))
+    with pytest.raises(dvm.DvmError, match="dim 1"):
+        _dvm_torch.call(exe, (torch.randn(5, 7), bias), (0, 1))
+
+    def f(x, b):
+        return torch.tanh(x + b)
+
+    c = torch.compile(f, backend="dvm", dynamic=True)
+    for xin in (torch.randn(5, 8), torch._neg_view(torch.randn(6, 8))):
+        torch.testing.assert_close(c(xin, bias), f(xin.resolve_neg(), bias))

@@ -42,6 +42,12 @@ _Parameter = torch.nn.Parameter
 _constant = dvm.constant
 
 
+try:  # the C++ call path for torch tensors (built when torch was installed at build time)
+    from dvm._dvm_torch import call as _torch_call
+except ImportError:  # pragma: no cover (an install built without torch)
+    _torch_call = None
+
+
 def carrier(n) -> torch.Tensor:
     return _CARRIER.expand(int(n))
 
@@ -70,6 +76,7 @@ class DvmPartition(torch.nn.Module):
             k == "dvm" for k, _ in out_plan
         ) and [i for _, i in out_plan] == list(range(len(out_plan)))
         self._arg_idx = [i for _, i in in_plan]
+        self._arg_tuple = tuple(self._arg_idx)
         self.freeze_weights = False
 
     def _inputs(self, args):
@@ -95,6 +102,8 @@ class DvmPartition(torch.nn.Module):
     def exe(self, exe):
         self._exe = exe
         self._exe_call = getattr(exe, "call", exe)  # one C++ call: bind, allocate, run
+        # torch tensors read and outputs made in C++ (dvm._dvm_torch), when available
+        self._torch_call = _torch_call if isinstance(exe, dvm.Executable) else None
 
     @property
     def calls(self):
@@ -108,7 +117,13 @@ class DvmPartition(torch.nn.Module):
         self._counts[0] += 1
         if self._simple and not self.freeze_weights:  # the common case, kept short
             try:
-                outs = self._exe_call(*[args[i] for i in self._arg_idx])
+                if self._torch_call is not None:
+                    try:
+                        outs = self._torch_call(self._exe, args, self._arg_tuple)
+                    except NotImplementedError:  # an argument only the general path takes
+                        outs = self._exe_call(*[args[i] for i in self._arg_idx])
+                else:
+                    outs = self._exe_call(*[args[i] for i in self._arg_idx])
             except dvm.DvmError as e:
                 return self._fall_back(args, e)
             if not self.ran:

@@ -1,0 +1,185 @@
+// `dvm._dvm_torch`: DvmPartition's call without Python in between, built only when torch is
+// installed (it links libtorch; `dvm._dvm` never does). call(exe, args, index) runs the
+// dvm.Executable `exe` on the torch tensors args[index[0]], args[index[1]], ... and returns its
+// outputs as a tuple of new torch tensors. Arguments are read straight from the at::Tensor
+// (data pointer, sizes, strides: no Python attribute calls) and outputs are made by at::empty
+// once the executable has bound the input shapes. A tensor this path does not take (not on the
+// CPU, torch's negative bit, a dtype DVM lacks) raises NotImplementedError: the caller then
+// uses Executable.call, which reports or handles it.
+#include <Python.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <string>
+#include <vector>
+
+#include "torch_call_api.h"
+
+namespace {
+
+using dvm::DType;
+using dvm::TensorArg;
+using dvm::python::TorchCallApi;
+
+const TorchCallApi* g_api = nullptr;
+
+bool dvm_dtype(c10::ScalarType t, DType* d) {
+  switch (t) {
+    case c10::ScalarType::Float:
+      *d = DType::kF32;
+      return true;
+    case c10::ScalarType::Half:
+      *d = DType::kF16;
+      return true;
+    case c10::ScalarType::BFloat16:
+      *d = DType::kBF16;
+      return true;
+    case c10::ScalarType::Int:
+      *d = DType::kI32;
+      return true;
+    case c10::ScalarType::Long:
+      *d = DType::kI64;
+      return true;
+    case c10::ScalarType::Bool:
+      *d = DType::kBool;
+      return true;
+    default:
+      return false;
+  }
+}
+
+c10::ScalarType torch_dtype(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return c10::ScalarType::Float;
+    case DType::kF16:
+      return c10::ScalarType::Half;
+    case DType::kBF16:
+      return c10::ScalarType::BFloat16;
+    case DType::kI32:
+      return c10::ScalarType::Int;
+    case DType::kI64:
+      return c10::ScalarType::Long;
+    case DType::kBool:
+      return c10::ScalarType::Bool;
+  }
+  return c10::ScalarType::Undefined;
+}
+
+// The view as DVM's TensorArg: `data` at the view's first element (torch strides are never
+// negative), storage exactly the span the view covers.
+bool tensor_arg(const at::Tensor& t, TensorArg* out) {
+  DType d;
+  if (!t.device().is_cpu() || t.is_neg() || t.is_conj() || !t.has_storage() ||
+      !dvm_dtype(t.scalar_type(), &d)) {
+    return false;
+  }
+  out->dtype = d;
+  out->shape.assign(t.sizes().begin(), t.sizes().end());
+  out->strides.assign(t.strides().begin(), t.strides().end());
+  out->offset = 0;
+  out->data = t.data_ptr();
+  int64_t span = 1;
+  for (size_t i = 0; i < out->shape.size(); ++i) {
+    if (out->shape[i] == 0) span = 0;
+  }
+  for (size_t i = 0; i < out->shape.size() && span > 0; ++i) {
+    if (out->strides[i] < 0) return false;
+    span += (out->shape[i] - 1) * out->strides[i];
+  }
+  out->storage_elems = span;
+  return true;
+}
+
+// A fresh output (this module links no DVM code: TensorArg::contiguous lives in libdvm).
+TensorArg contiguous(void* data, DType dtype, const std::vector<int64_t>& shape) {
+  TensorArg t;
+  t.data = data;
+  t.dtype = dtype;
+  t.shape = shape;
+  return t;
+}
+
+PyObject* call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc != 3 || !PyTuple_Check(argv[1]) || !PyTuple_Check(argv[2])) {
+    PyErr_SetString(PyExc_TypeError, "call(exe, args: tuple, index: tuple)");
+    return nullptr;
+  }
+  PyObject* args = argv[1];
+  PyObject* index = argv[2];
+  Py_ssize_t n = PyTuple_GET_SIZE(index);
+  std::vector<TensorArg> inputs(static_cast<size_t>(n));
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(index, k));
+    if (i < 0 || i >= PyTuple_GET_SIZE(args)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "argument index out of range");
+      return nullptr;
+    }
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    if (!THPVariable_Check(a) || !tensor_arg(THPVariable_Unpack(a), &inputs[k])) {
+      PyErr_SetString(PyExc_NotImplementedError, "an argument this path does not take");
+      return nullptr;
+    }
+  }
+  std::vector<at::Tensor> outs;
+  int rc = g_api->run(
+      argv[0], inputs,
+      [&](const std::vector<std::vector<int64_t>>& shapes, const std::vector<DType>& dtypes,
+          std::vector<TensorArg>* args_out, std::string* error) {
+        try {
+          for (size_t k = 0; k < shapes.size(); ++k) {
+            outs.push_back(at::empty(shapes[k], at::TensorOptions().dtype(torch_dtype(dtypes[k]))));
+            args_out->push_back(contiguous(outs.back().data_ptr(), dtypes[k], shapes[k]));
+          }
+          return true;
+        } catch (const std::exception& e) {
+          *error = e.what();
+          return false;
+        }
+      });
+  if (rc != 0) return nullptr;
+  PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (result == nullptr) return nullptr;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    PyObject* t = THPVariable_Wrap(std::move(outs[k]));
+    if (t == nullptr) {
+      Py_DECREF(result);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(k), t);
+  }
+  return result;
+}
+
+PyMethodDef methods[] = {
+    {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&call)), METH_FASTCALL,
+     "call(exe, args, index): exe(*[args[i] for i in index]) for torch tensors, in C++."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                      "_dvm_torch",
+                      "DvmPartition's call path for torch tensors (links libtorch).",
+                      -1,
+                      methods,
+                      nullptr,
+                      nullptr,
+                      nullptr,
+                      nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__dvm_torch() {
+  PyObject* dvm = PyImport_ImportModule("dvm._dvm");
+  if (dvm == nullptr) return nullptr;
+  PyObject* capsule = PyObject_GetAttrString(dvm, "_torch_call_api");
+  Py_DECREF(dvm);
+  if (capsule == nullptr) return nullptr;
+  g_api =
+      static_cast<const TorchCallApi*>(PyCapsule_GetPointer(capsule, TorchCallApi::kCapsuleName));
+  Py_DECREF(capsule);
+  if (g_api == nullptr) return nullptr;
+  if (g_api->version != TorchCallApi::kVersion) {
+    PyErr_SetString(PyExc_ImportError, "dvm._dvm_torch does not match dvm._dvm: reinstall dvm");
+    return nullptr;
+  }
+  return PyModule_Create(&module);
+}
