@@ -717,6 +717,47 @@ def section_subgraph(path, d):
     return out
 
 
+def section_host(path, d):
+    m = d.get("machine", {})
+    out = py_header(path, m, date=d.get("time"), commit=d.get("commit"))
+    res = d.get("results", {})
+    pc = res.get("per_call")
+    if pc:
+        out += ["", "Per call through `torch.compile(dynamic=True)` at a cached shape, graphs "
+                "whose kernels take well under 5 us (the host path: Dynamo's guards, the "
+                "compiled function, DVM's call); medians of interleaved rounds. Ratios > 1: "
+                "DVM faster.", ""]
+        rows = []
+        for name, r in pc.items():
+            us = r.get("us", {})
+            rows.append([name, fmt(us.get("eager"), 1), fmt(us.get("inductor"), 1),
+                         fmt(us.get("dvm"), 1), fmt(r.get("eager_over_dvm")),
+                         fmt(r.get("inductor_over_dvm"))])
+        out += table(["graph", "eager us", "Inductor us", "DVM us", "eager/DVM",
+                      "Inductor/DVM"], rows)
+        ind = [r["inductor_over_dvm"] for r in pc.values() if r.get("inductor_over_dvm")]
+        eag = [r["eager_over_dvm"] for r in pc.values() if r.get("eager_over_dvm")]
+        if eag:
+            out += ["", f"Geomean eager/DVM {fmt(geomean(eag))}"
+                    + (f", Inductor/DVM {fmt(geomean(ind))}." if ind else ".")]
+    ec = res.get("exe_call")
+    if ec:
+        out += ["", f"Executable call from Python ({ec.get('graph')}): " + ", ".join(
+            f"{k} {fmt(v)} us" for k, v in ec.get("us", {}).items()) + "."]
+    fc = res.get("first_call")
+    if fc:
+        out += ["", "First call of HuggingFace models (2 layers, random weights, batch 2 x 37 "
+                "tokens, no_grad), one fresh process per model and backend, seconds. Backend "
+                "`eager` is Dynamo's trace alone.", ""]
+        rows = []
+        for name, r in fc.items():
+            rows.append([name, fmt(r.get("eager")), fmt(r.get("dvm")), fmt(r.get("inductor")),
+                         fmt(r.get("dvm_over_dynamo_trace")), fmt(r.get("inductor_over_dvm"))])
+        out += table(["model", "Dynamo trace s", "DVM s", "Inductor s", "DVM / trace",
+                      "Inductor / DVM"], rows)
+    return out
+
+
 PY = [
     ("matmul_bench", "Matmul against torch.mm (Python harness)", section_py_matmul,
      "python3 python/bench/matmul_bench.py [--quick] [--threads N]"),
@@ -729,6 +770,8 @@ PY = [
     ("subgraph_bench", "torch.compile on memory-bound subgraphs: eager, DVM and Inductor",
      section_subgraph,
      "python3 python/bench/subgraph_bench.py [--rounds R] [--threads N] [--no-inductor]"),
+    ("host_bench", "The host path: per call, Executable call and first call",
+     section_host, "python3 python/bench/host_bench.py [--no-inductor] [--only ...]"),
 ]
 
 # ---------------------------------------------------------------------------------------------
