@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "torch_call_api.h"
@@ -22,46 +23,25 @@ using dvm::python::TorchCallApi;
 
 const TorchCallApi* g_api = nullptr;
 
+// DVM's dtypes and torch's, both ways.
+constexpr std::pair<c10::ScalarType, DType> kDTypes[] = {
+    {c10::ScalarType::Float, DType::kF32},     {c10::ScalarType::Half, DType::kF16},
+    {c10::ScalarType::BFloat16, DType::kBF16}, {c10::ScalarType::Int, DType::kI32},
+    {c10::ScalarType::Long, DType::kI64},      {c10::ScalarType::Bool, DType::kBool}};
+
 bool dvm_dtype(c10::ScalarType t, DType* d) {
-  switch (t) {
-    case c10::ScalarType::Float:
-      *d = DType::kF32;
+  for (const auto& [st, dt] : kDTypes) {
+    if (st == t) {
+      *d = dt;
       return true;
-    case c10::ScalarType::Half:
-      *d = DType::kF16;
-      return true;
-    case c10::ScalarType::BFloat16:
-      *d = DType::kBF16;
-      return true;
-    case c10::ScalarType::Int:
-      *d = DType::kI32;
-      return true;
-    case c10::ScalarType::Long:
-      *d = DType::kI64;
-      return true;
-    case c10::ScalarType::Bool:
-      *d = DType::kBool;
-      return true;
-    default:
-      return false;
+    }
   }
+  return false;
 }
 
 c10::ScalarType torch_dtype(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return c10::ScalarType::Float;
-    case DType::kF16:
-      return c10::ScalarType::Half;
-    case DType::kBF16:
-      return c10::ScalarType::BFloat16;
-    case DType::kI32:
-      return c10::ScalarType::Int;
-    case DType::kI64:
-      return c10::ScalarType::Long;
-    case DType::kBool:
-      return c10::ScalarType::Bool;
-  }
+  for (const auto& [st, dt] : kDTypes)
+    if (dt == d) return st;
   return c10::ScalarType::Undefined;
 }
 

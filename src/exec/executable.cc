@@ -139,6 +139,12 @@ struct Executable::Impl {
   StatusOr<SymBindings> bind(std::span<const TensorArg> inputs) const;
   StatusOr<std::shared_ptr<const BindingPlan>> binding_plan(const SymBindings& b,
                                                             bool* fresh = nullptr) const;
+  // bind() then binding_plan(): the plan of these inputs' binding.
+  StatusOr<std::shared_ptr<const BindingPlan>> bound_plan(std::span<const TensorArg> inputs,
+                                                          bool* fresh) const {
+    DVM_ASSIGN_OR_RETURN(SymBindings b, bind(inputs));
+    return binding_plan(b, fresh);
+  }
   Status encode_concurrently(const std::vector<std::vector<TensorArg>>& in,
                              const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
                              GraphRunStats* st, std::vector<char>* prepared) const;
@@ -676,9 +682,8 @@ Status Executable::run(std::span<const TensorArg> inputs, std::span<const Tensor
                        GraphRunStats* stats) const {
   const Impl& x = *impl_;
   double t0 = base::now_us();
-  DVM_ASSIGN_OR_RETURN(SymBindings b, x.bind(inputs));
   bool fresh = false;
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b, &fresh));
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.bound_plan(inputs, &fresh));
   return x.run_bound(inputs, outputs, *p, fresh, t0, stats);
 }
 
@@ -686,9 +691,8 @@ Status Executable::run(std::span<const TensorArg> inputs, const OutputAllocator&
                        GraphRunStats* stats) const {
   const Impl& x = *impl_;
   double t0 = base::now_us();
-  DVM_ASSIGN_OR_RETURN(SymBindings b, x.bind(inputs));
   bool fresh = false;
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.binding_plan(b, &fresh));
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> p, x.bound_plan(inputs, &fresh));
   std::vector<std::vector<int64_t>> shapes;
   shapes.reserve(x.g->outputs.size());
   for (int o : x.g->outputs) shapes.push_back(p->shapes[o]);
