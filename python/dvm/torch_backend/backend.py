@@ -28,7 +28,7 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-from .partition import partition_and_compile
+from .partition import partition_and_compile, single_partition_call
 from .runtime import STATS, bump, log, log_fallback
 
 aten = torch.ops.aten
@@ -158,7 +158,8 @@ def _compile_inference(gm, example_inputs, name, freeze):
         return None
     bump("aot_graphs")
     bump("direct_graphs")
-    return partition_and_compile(g, fakes, name, freeze).forward
+    fused = partition_and_compile(g, fakes, name, freeze)
+    return single_partition_call(fused) or fused.forward
 
 
 def dvm_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
