@@ -541,3 +541,44 @@ def test_single_partition_graph_is_called_directly(monkeypatch):
     # the negative bit is a dispatch key Dynamo guards on: that input compiles a second graph
     assert len(made) == 2 and all(run is not None for run in made)
     assert [run.partition.calls for run in made] == [2, 1]
+
+
+def test_dvm_and_torch_threads_run_concurrently():
+    """A compiled DVM graph called from several Python threads while torch runs its own
+    multi-threaded ops in others: every result equals eager, nothing deadlocks."""
+    import threading
+
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="dvm", dynamic=True)
+    xs = [torch.randn(n, 32) for n in (3, 9, 17, 40)]
+    with torch.no_grad():
+        want = [model(x) for x in xs]
+        for x in xs:
+            compiled(x)  # compile outside the threads
+    errors = []
+
+    def dvm_worker():
+        try:
+            with torch.no_grad():
+                for _ in range(30):
+                    for x, w in zip(xs, want):
+                        torch.testing.assert_close(compiled(x), w, rtol=1e-4, atol=1e-5)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    def torch_worker():
+        try:
+            a = torch.randn(256, 256)
+            for _ in range(30):
+                torch.testing.assert_close(torch.tanh(a @ a), torch.tanh(a @ a))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=f) for f in (dvm_worker, dvm_worker, torch_worker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish (deadlock?)"
+    assert not errors, errors
