@@ -39,6 +39,10 @@ def small_model(name):
     if name == "gpt2":
         cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, **common)
         return transformers.GPT2LMHeadModel(cfg)
+    if name == "t5":
+        cfg = transformers.T5Config(d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2,
+                                    **common)
+        return transformers.T5EncoderModel(cfg)
     if name == "bert":
         cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                       intermediate_size=128, **common)
@@ -59,20 +63,29 @@ MASK_NODES = pytest.mark.allow_fallback(
     "run in PyTorch", kinds=("nodes",))
 
 
+# T5's relative-position buckets (log of an integer tensor, min with a constant, where) are
+# integer/f64 index arithmetic that runs in PyTorch; its attention and feed-forward run in DVM.
+T5_NODES = pytest.mark.allow_fallback(
+    "T5 relative-position bucket arithmetic runs in PyTorch", kinds=("nodes",))
+
+
 @pytest.mark.parametrize("name", [pytest.param("llama", marks=MASK_NODES),
                                   pytest.param("qwen2", marks=MASK_NODES),
-                                  pytest.param("gpt2", marks=MASK_NODES), "bert"])
+                                  pytest.param("gpt2", marks=MASK_NODES), "bert",
+                                  pytest.param("t5", marks=T5_NODES)])
 def test_model_matches_eager_over_lengths_one_compile(name):
     model = small_model(name).eval()
     compiled = torch.compile(model, backend="dvm", dynamic=True)
     with torch.no_grad():
         for s in LENGTHS:
             ids = torch.randint(0, 512, (2, s))
-            got = first_tensor(compiled(input_ids=ids, use_cache=False))
-            want = first_tensor(model(input_ids=ids, use_cache=False))
+            kw = {} if name == "t5" else {"use_cache": False}
+            got = first_tensor(compiled(input_ids=ids, **kw))
+            want = first_tensor(model(input_ids=ids, **kw))
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
     st = tb.stats()
     assert st["dynamo_graphs"] == 1, st
     assert st.get("dvm_partitions", 0) >= 1, st
     assert st.get("runtime_fallbacks", 0) == 0, st
     assert st.get("partition_fallbacks", 0) == 0, st
+    assert st.get("direct_graphs", 0) == 1, st  # no_grad inference: no AOTAutograd

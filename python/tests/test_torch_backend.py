@@ -320,6 +320,25 @@ def test_inference_graphs_skip_aot_autograd():
     assert tb.stats()["direct_graphs"] == 2
 
 
+def test_inplace_ops_on_intermediates_are_functionalized():
+    """An in-place op on a value the graph made (T5's `scores += position_bias`) keeps the
+    direct path: the trace is functionalized; the input is not written."""
+
+    def f(x, b):
+        y = x * 2
+        y.add_(b)
+        y.mul_(0.5)
+        return torch.tanh(y)
+
+    c = torch.compile(f, backend="dvm", dynamic=True)
+    for n in (3, 6):
+        x, b = torch.randn(n, 8), torch.randn(8)
+        x0 = x.clone()
+        torch.testing.assert_close(c(x, b), f(x0.clone(), b))
+        torch.testing.assert_close(x, x0)
+    assert tb.stats()["direct_graphs"] == 1
+
+
 @pytest.mark.allow_fallback("the mutated input and the aliasing view stay in PyTorch",
                              kinds=("nodes", "no_dvm"))
 def test_mutation_and_input_aliases_take_aot_autograd():

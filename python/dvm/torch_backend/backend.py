@@ -153,6 +153,13 @@ def _compile_inference(gm, example_inputs, name, freeze):
     with fm:
         g = make_fx(gm, decomposition_table=decompositions())(*fakes)
     why = _functional_without_input_aliases(g)
+    if why is not None and why.endswith("mutates"):
+        # In-place ops on intermediates (T5's `scores += position_bias`) are functionalized
+        # away; a write to an input survives as a copy_ into it and keeps AOTAutograd's path.
+        with fm:
+            g = make_fx(torch.func.functionalize(gm, remove="mutations"),
+                        decomposition_table=decompositions())(*fakes)
+        why = _functional_without_input_aliases(g)
     if why is not None:
         log.debug("dvm: %s: AOTAutograd path: %s", name, why)
         return None
