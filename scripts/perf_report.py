@@ -477,6 +477,13 @@ def section_graph(gb):
                      f"{fmt(to_us(new) - to_us(cached), 0)} µs more")
         lines.append(f"First call at a new sequence length: {fmt(to_us(new), 0)} µs, of which "
                      f"encoding {fmt(new.get('encode_us'), 0)} µs{extra}.")
+    for threads, label in (("0", "1 thread"), ("1", "the default pool")):
+        call = gb.get("BM_CallOverhead/" + threads)
+        if call:
+            lines.append(f"Host cost of a cached call ({label}): a 7-kernel transformer layer at "
+                         f"hidden 16 (kernels do next to nothing) {fmt(to_us(call))} µs, "
+                         f"{fmt(to_us(call) / max(int(call.get('kernels', 7)), 1))} µs per "
+                         f"kernel (target: 3 µs + 0.3 µs a kernel).")
     if lines:
         out += [""] + [" ".join(lines)]
     return out

@@ -13,7 +13,7 @@
 - first_call: HuggingFace GPT-2, BERT, T5 encoder and Llama (2 layers each, random weights from
   their configs, batch 2 x 37 tokens, no_grad), one fresh process per model and backend: the
   first call (Dynamo's trace + the backend's compile + the run) with backend "eager" (Dynamo's
-  trace alone), "dvm" and "inductor".
+  trace alone), "dvm" and "inductor", each child with an empty Inductor cache folder (cold).
 
 Writes bench_results/host_bench.json (machine, date, commit, threads, results) and prints it;
 scripts/perf_report.py turns it into docs/performance.md's section.
@@ -28,6 +28,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -175,8 +176,12 @@ def first_call(inductor):
     for model in MODELS:
         row = {}
         for be in backends:
-            r = subprocess.run([sys.executable, __file__, "--child", model, be],
-                               capture_output=True, text=True)
+            # a cold start: Inductor (and Triton-less C++ codegen) caches compiled graphs on
+            # disk; every child gets an empty cache folder
+            with tempfile.TemporaryDirectory() as cache:
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+                r = subprocess.run([sys.executable, __file__, "--child", model, be],
+                                   capture_output=True, text=True, env=env)
             try:
                 row[be] = json.loads(r.stdout.strip().splitlines()[-1])["first_s"]
             except (IndexError, ValueError, KeyError):
