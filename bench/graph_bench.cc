@@ -269,9 +269,9 @@ void BM_CallOverhead(benchmark::State& state) {
   }
   int kernels = st.kernels_launched + st.native_launched;
   state.counters["kernels"] = kernels;
-  state.counters["us_per_kernel"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kernels,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_kernel"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kernels,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_CallOverhead)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
