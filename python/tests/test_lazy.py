@@ -574,3 +574,22 @@ def test_flushes_follow_torch_thread_count(monkeypatch):
     finally:
         torch.set_num_threads(before)
         L.set_options(opts)
+
+
+def test_reads_that_bypass_the_dispatcher_flush_in_every_mode_entry():
+    """numpy(), tolist() and repr() of a pending value flush first, in the first mode entry
+    and in later ones (the patched readers are made once and reinstalled), and torch.Tensor's
+    own methods are back after each exit."""
+    torch = pytest.importorskip("torch")
+    originals = {n: torch.Tensor.__dict__.get(n) for n in ("numpy", "tolist", "__repr__")}
+    for _ in range(3):
+        with torch.no_grad(), L():
+            y = torch.ones(2, 3) * 3
+            assert L.is_pending(y)
+            assert y.numpy().tolist() == [[3.0] * 3] * 2
+            z = y + 1
+            assert z.tolist() == [[4.0] * 3] * 2
+            w = z * 2
+            assert "8." in repr(w)
+        for n, f in originals.items():
+            assert torch.Tensor.__dict__.get(n) is f

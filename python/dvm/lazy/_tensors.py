@@ -215,6 +215,17 @@ def _observer(orig):
     return read
 
 
+_wrappers = {}  # name -> (the attribute it wraps, the wrapper): made once, not per mode entry
+
+
+def _wrapper(name):
+    current = getattr(_torch.Tensor, name)
+    made = _wrappers.get(name)
+    if made is None or made[0] is not current:  # first use, or someone re-patched torch
+        made = _wrappers[name] = (current, _observer(current))
+    return made[1]
+
+
 def _patch(on):
     global _patch_users
     with _patch_lock:
@@ -222,7 +233,7 @@ def _patch(on):
         if on and _patch_users == 1:
             for name in _PATCHED:
                 _originals[name] = _torch.Tensor.__dict__.get(name)
-                setattr(_torch.Tensor, name, _observer(getattr(_torch.Tensor, name)))
+                setattr(_torch.Tensor, name, _wrapper(name))
         elif not on and _patch_users == 0:
             for name in _PATCHED:
                 if _originals[name] is None:
