@@ -10,8 +10,10 @@ microseconds of bytecode encoding inside DVM, never a recompile.
 Two ways down to ATen:
 - inference graphs (no input needs a gradient, or grad mode is off) are traced once with
   ``make_fx`` over Dynamo's own fake tensors and called directly: no AOTAutograd trace at
-  compile time and no AOTAutograd runtime wrappers on every call. A graph that mutates an
-  input or returns an alias of one takes the AOTAutograd path instead, which handles both;
+  compile time and no AOTAutograd runtime wrappers on every call. In-place ops on values the
+  graph made are functionalized (a second trace, only when the first shows a mutation); a
+  graph that writes an input or returns an alias of one takes the AOTAutograd path instead,
+  which handles both;
 - everything else goes through AOTAutograd. Backward graphs (training) run in PyTorch
   (AOTAutograd's eager backward), logged.
 """
