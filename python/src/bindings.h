@@ -34,6 +34,11 @@ class StatusError : public std::exception {
   std::string what_;
 };
 
+// User text that may not be UTF-8 (names in a graph parsed from arbitrary bytes, messages
+// quoting them) as str: undecodable bytes become U+FFFD instead of a UnicodeDecodeError.
+nb::str utf8_text(const std::string& s);
+nb::list utf8_texts(const std::vector<std::string>& v);
+
 // Sets dvm.DvmError (with .code and .message) as the current Python exception.
 void set_python_error(const Status& status);
 

@@ -320,7 +320,7 @@ void bind_executable(nb::module_& m) {
             return value_or_raise(x.exe->peak_bytes(SymBindings(b.begin(), b.end())));
           },
           nb::arg("bindings"))
-      .def("fusion_report", [](const PyExecutable& x) { return x.exe->fusion_report(); })
+      .def("fusion_report", [](const PyExecutable& x) { return utf8_text(x.exe->fusion_report()); })
       .def_prop_ro("num_kernels", [](const PyExecutable& x) { return x.exe->num_kernels(); })
       .def_prop_ro("num_threads", [](const PyExecutable& x) { return x.exe->num_threads(); })
       .def_prop_ro("source", [](const PyExecutable& x) { return x.exe->source(); })
@@ -335,18 +335,18 @@ void bind_graph(nb::module_& m) {
       .def("__repr__", [](const Tensor& t) { return "Tensor(%" + std::to_string(t.id) + ")"; });
 
   nb::class_<Graph>(m, "Graph", "An immutable tensor graph with symbolic shapes.")
-      .def_prop_ro("name", &Graph::name)
+      .def_prop_ro("name", [](const Graph& g) { return utf8_text(g.name()); })
       .def_prop_ro("num_inputs", &Graph::num_inputs)
       .def_prop_ro("num_outputs", &Graph::num_outputs)
       .def_prop_ro("num_nodes", &Graph::num_nodes)
-      .def_prop_ro("input_names", &Graph::input_names)
+      .def_prop_ro("input_names", [](const Graph& g) { return utf8_texts(g.input_names()); })
       .def_prop_ro("input_dtypes", &Graph::input_dtypes)
       .def_prop_ro("input_shapes", &Graph::input_shapes)
-      .def_prop_ro("output_names", &Graph::output_names)
+      .def_prop_ro("output_names", [](const Graph& g) { return utf8_texts(g.output_names()); })
       .def_prop_ro("output_dtypes", &Graph::output_dtypes)
       .def_prop_ro("output_shapes", &Graph::output_shapes)
-      .def("to_string", &Graph::to_string)
-      .def("__str__", &Graph::to_string);
+      .def("to_string", [](const Graph& g) { return utf8_text(g.to_string()); })
+      .def("__str__", [](const Graph& g) { return utf8_text(g.to_string()); });
   m.def(
       "parse_graph", [](const std::string& text) { return value_or_raise(parse_graph(text)); },
       nb::arg("text"), "Parses the text form printed by Graph.to_string().");

@@ -28,14 +28,6 @@ namespace {
 
 PyObject* g_dvm_error = nullptr;  // the exception type; owned by the module once added
 
-// A message may quote user text that is not UTF-8 (a graph parsed from arbitrary bytes):
-// undecodable bytes become U+FFFD instead of a UnicodeDecodeError replacing the DvmError.
-nb::str utf8_text(const std::string& s) {
-  PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
-  if (u == nullptr) throw nb::python_error();
-  return nb::steal<nb::str>(u);
-}
-
 void translate_status_error(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
@@ -45,6 +37,18 @@ void translate_status_error(const std::exception_ptr& p, void*) {
 }
 
 }  // namespace
+
+nb::str utf8_text(const std::string& s) {
+  PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (u == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(u);
+}
+
+nb::list utf8_texts(const std::vector<std::string>& v) {
+  nb::list out;
+  for (const std::string& s : v) out.append(utf8_text(s));
+  return out;
+}
 
 void set_python_error(const Status& status) {
   nb::object type = nb::borrow(g_dvm_error);

@@ -129,7 +129,8 @@ def test_torch_tensors_cross_zero_copy():
 
 def test_bad_graph_text_gets_a_clear_error():
     """Errors on user text never turn into another exception type: undecodable bytes in a
-    message become U+FFFD; an op with the wrong operand count is rejected where it is parsed."""
+    message or a name become U+FFFD; an op with the wrong operand count is rejected where it is
+    parsed."""
     text = ('graph g {\n  %0 = input {name="x"} : f32[4]\n  %1 = unary.exp(%0) : f32[4]\n'
             '  return y=%1\n}\n')
     assert dvm.parse_graph(text).num_nodes == 2
@@ -138,6 +139,12 @@ def test_bad_graph_text_gets_a_clear_error():
         dvm.parse_graph(bad)
     with pytest.raises(dvm.DvmError, match="unknown op"):
         dvm.parse_graph(text.replace("unary.exp", "unary.ex\u00e9"))
+    # names that are not UTF-8 are kept; Python shows them with U+FFFD instead of raising
+    g = dvm.parse_graph(text.encode().replace(b'name="x"', b'name="x\xff"'))
+    assert g.input_names == ["x\ufffd"] and 'name="x\ufffd"' in g.to_string()
+    assert "x\ufffd" in str(g) and g.name == "g"
+    exe = dvm.Executable.compile(g)
+    assert "kernel" in exe.fusion_report().lower()
     operand = text.replace("unary.exp(%0)", 'input(%0) {name="z"}')
     with pytest.raises(dvm.DvmError, match="takes 0 operands, got 1"):
         dvm.parse_graph(operand)
