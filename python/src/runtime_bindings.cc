@@ -133,11 +133,8 @@ const TorchTypes* torch_types() {
 // (`item` becomes that copy, kept alive by the caller); an output cannot be written in place.
 bool torch_arg(nb::object& item, const char* what, size_t i, const std::vector<std::string>& names,
                TensorArg* out) {
+  if (!is_torch_tensor(item)) return false;
   const TorchTypes* tt = torch_types();
-  if (tt == nullptr ||
-      !PyObject_TypeCheck(item.ptr(), reinterpret_cast<PyTypeObject*>(tt->tensor.ptr()))) {
-    return false;
-  }
   if (!nb::cast<bool>(item.attr(tt->is_cpu))) {
     throw StatusError(invalid_argument(arg_label(what, i, names) + " is on device '" +
                                        py_str(item.attr("device")) + "', not the CPU"));

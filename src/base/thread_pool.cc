@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/env.h"
+
 namespace dvm::base {
 
 namespace {
@@ -150,6 +152,12 @@ Pool& pool() {
 int hardware_threads() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
+}
+
+int kernel_threads(int requested) {
+  int t = requested > 0 ? requested : hardware_threads();
+  if (env().num_threads > 0) t = std::min(t, env().num_threads);
+  return std::max(1, t);
 }
 
 void parallel_for(int parts, const std::function<void(int)>& fn) {

@@ -10,6 +10,9 @@
 namespace dvm::base {
 
 int hardware_threads();
+// The threads a kernel compiled for `requested` threads runs on: `requested`, or all hardware
+// threads for 0, capped by DVM_NUM_THREADS; at least 1.
+int kernel_threads(int requested);
 
 // Runs fn(part) for part in [0, parts) concurrently; parts <= number of threads is typical.
 void parallel_for(int parts, const std::function<void(int)>& fn);

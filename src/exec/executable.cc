@@ -13,7 +13,6 @@
 #include <optional>
 
 #include "base/clock.h"
-#include "base/env.h"
 #include "base/thread_pool.h"
 #include "exec/native_ops.h"
 #include "exec/views.h"
@@ -133,6 +132,13 @@ struct Executable::Impl {
   void plan_memory();
   void plan_waves();
   bool stackable(const BindingPlan& p, int step) const;
+  // The steps of `wave` that launch side by side (small VM kernels, at least two), in order.
+  std::vector<int> stacked_steps(const BindingPlan& p, const std::vector<int>& wave) const;
+  // Threads for `n` independent tasks.
+  int parts_for(size_t n) const {
+    int parts = std::min<int>(base::hardware_threads(), static_cast<int>(n));
+    return options.num_threads > 0 ? std::min(parts, options.num_threads) : parts;
+  }
   Status run_stacked(const std::vector<int>& stack, const std::vector<std::vector<TensorArg>>& in,
                      const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
                      std::vector<RunStats>* rs) const;
@@ -464,8 +470,7 @@ Status Executable::Impl::encode_concurrently(const std::vector<std::vector<Tenso
   if (vm.size() < 2) return Status::ok();
   std::vector<RunStats> rs(steps.size());
   std::vector<Status> sts(steps.size());
-  int parts = std::min<int>(base::hardware_threads(), static_cast<int>(vm.size()));
-  if (options.num_threads > 0) parts = std::min(parts, options.num_threads);
+  int parts = parts_for(vm.size());
   double t0 = base::now_us();
   base::parallel_for(parts, [&](int part) {
     for (size_t i = part; i < vm.size(); i += parts) {
@@ -495,14 +500,23 @@ bool Executable::Impl::stackable(const BindingPlan& p, int step) const {
   return elems < kStackMaxElems;
 }
 
+std::vector<int> Executable::Impl::stacked_steps(const BindingPlan& p,
+                                                 const std::vector<int>& wave) const {
+  std::vector<int> small;
+  for (int s : wave) {
+    if (steps[s].kernel && stackable(p, s)) small.push_back(s);
+  }
+  if (small.size() < 2) small.clear();
+  return small;
+}
+
 Status Executable::Impl::run_stacked(const std::vector<int>& stack,
                                      const std::vector<std::vector<TensorArg>>& in,
                                      const std::vector<std::vector<TensorArg>>& out,
                                      const BindingPlan& p, std::vector<RunStats>* rs) const {
   if (stack.empty()) return Status::ok();
   std::vector<Status> sts(stack.size());
-  int parts = std::min<int>(base::hardware_threads(), static_cast<int>(stack.size()));
-  if (options.num_threads > 0) parts = std::min(parts, options.num_threads);
+  int parts = parts_for(stack.size());
   base::parallel_for(parts, [&](int part) {
     for (size_t i = part; i < stack.size(); i += parts) {
       int s = stack[i];
@@ -751,12 +765,9 @@ std::shared_ptr<const PreparedCall> Executable::Impl::prepare_call(
     }
   }
   for (const std::vector<int>& wave : waves) {
-    std::vector<int> small, rest;
-    for (int s : wave) (stackable(p, s) ? small : rest).push_back(s);
-    if (small.size() < 2) {
-      rest = wave;
-      small.clear();
-    }
+    std::vector<int> small = stacked_steps(p, wave), rest;
+    for (int s : wave)
+      if (std::find(small.begin(), small.end(), s) == small.end()) rest.push_back(s);
     pc->stacked.push_back(std::move(small));
     pc->in_order.push_back(std::move(rest));
   }
@@ -770,13 +781,13 @@ void Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const Tens
     thread_local std::vector<void*> data;
     thread_local std::vector<uint64_t> versions;
     data.resize(k.args.size());
-    versions.assign(static_cast<size_t>(k.num_inputs), 0);
+    if (k.any_version) versions.assign(static_cast<size_t>(k.num_inputs), 0);
     for (size_t j = 0; j < k.args.size(); ++j) {
       const PreparedCall::Arg& a = k.args[j];
       switch (a.kind) {
         case PreparedCall::Arg::kInput:
           data[j] = inputs[a.where].data;
-          if (j < versions.size()) versions[j] = inputs[a.where].version;
+          if (k.any_version && j < versions.size()) versions[j] = inputs[a.where].version;
           break;
         case PreparedCall::Arg::kOutput:
           data[j] = outputs[a.where].data;
@@ -791,8 +802,7 @@ void Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const Tens
   for (size_t w = 0; w < pc.stacked.size(); ++w) {
     const std::vector<int>& small = pc.stacked[w];
     if (!small.empty()) {
-      int parts = std::min<int>(base::hardware_threads(), static_cast<int>(small.size()));
-      if (options.num_threads > 0) parts = std::min(parts, options.num_threads);
+      int parts = parts_for(small.size());
       base::parallel_for(parts, [&](int part) {
         for (size_t i = part; i < small.size(); i += parts) launch(pc.kernels[small[i]]);
       });
@@ -872,13 +882,8 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
     }
     st.bytes_moved += rs[s].bytes_moved;
   };
-  std::vector<int> small;
   for (size_t w = 0; w < x.waves.size() && status.is_ok(); ++w) {
-    small.clear();
-    for (int s : x.waves[w]) {
-      if (x.steps[s].kernel && x.stackable(*p, s)) small.push_back(s);
-    }
-    if (small.size() < 2) small.clear();
+    const std::vector<int> small = x.stacked_steps(*p, x.waves[w]);
     status = x.run_stacked(small, ins, outs, *p, &rs);
     for (int s : small) account(s);
     st.kernels_stacked += static_cast<int>(small.size());
@@ -973,9 +978,7 @@ int Executable::num_kernels() const {
 }
 
 int Executable::num_threads() const {
-  int t = impl_->options.num_threads > 0 ? impl_->options.num_threads : base::hardware_threads();
-  if (base::env().num_threads > 0) t = std::min(t, base::env().num_threads);
-  return std::max(1, t);
+  return base::kernel_threads(impl_->options.num_threads);
 }
 
 }  // namespace dvm

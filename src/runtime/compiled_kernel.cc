@@ -88,9 +88,7 @@ StatusOr<std::shared_ptr<CompiledKernel>> CompiledKernel::create(const Kernel& k
   std::shared_ptr<CompiledKernel> ck(new CompiledKernel());
   ck->impl_->kernel = kernel;
   ck->impl_->options = options;
-  int t = options.num_threads > 0 ? options.num_threads : base::hardware_threads();
-  if (base::env().num_threads > 0) t = std::min(t, base::env().num_threads);
-  ck->impl_->threads = std::max(1, t);
+  ck->impl_->threads = base::kernel_threads(options.num_threads);
   const ir::KernelDef& def = kernel.def();
   ck->impl_->in_place_ok = def.outputs.size() == 1 &&
                            std::all_of(def.nodes.begin(), def.nodes.end(), [](const ir::Node& n) {

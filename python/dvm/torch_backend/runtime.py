@@ -75,8 +75,7 @@ class DvmPartition(torch.nn.Module):
         self._simple = all(k == "arg" for k, _ in in_plan) and all(
             k == "dvm" for k, _ in out_plan
         ) and [i for _, i in out_plan] == list(range(len(out_plan)))
-        self._arg_idx = [i for _, i in in_plan]
-        self._arg_tuple = tuple(self._arg_idx)
+        self._arg_idx = tuple(i for _, i in in_plan)
         self.freeze_weights = False
 
     def _inputs(self, args):
@@ -116,19 +115,18 @@ class DvmPartition(torch.nn.Module):
     def forward(self, *args):
         self._counts[0] += 1
         if self._simple and not self.freeze_weights:  # the common case, kept short
+            outs = None
             try:
                 if self._torch_call is not None:
                     try:
-                        outs = self._torch_call(self._exe, args, self._arg_tuple)
+                        outs = self._torch_call(self._exe, args, self._arg_idx)
                     except NotImplementedError:  # an argument only the general path takes
-                        outs = self._exe_call(*[args[i] for i in self._arg_idx])
-                else:
+                        pass
+                if outs is None:
                     outs = self._exe_call(*[args[i] for i in self._arg_idx])
             except dvm.DvmError as e:
                 return self._fall_back(args, e)
-            if not self.ran:
-                self.ran = True
-                bump("partitions_run")
+            self._mark_ran()
             return tuple(outs) if self.tuple_out else outs[0]
         ins = self._inputs(args)
         try:
@@ -140,9 +138,7 @@ class DvmPartition(torch.nn.Module):
                 self.exe.run([], outs)
         except dvm.DvmError as e:
             return self._fall_back(args, e)
-        if not self.ran:
-            self.ran = True
-            bump("partitions_run")
+        self._mark_ran()
         if self._simple:
             res = outs
         else:
@@ -152,6 +148,11 @@ class DvmPartition(torch.nn.Module):
         return res[0]
 
     __call__ = forward
+
+    def _mark_ran(self):
+        if not self.ran:
+            self.ran = True
+            bump("partitions_run")
 
     def _fall_back(self, args, e):
         self._counts[1] += 1
