@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -58,10 +59,25 @@ inline float from_f16(uint16_t h) {
 
 // ---- tensors -------------------------------------------------------------------------------
 
+// 64-byte aligned storage, as PyTorch's CPU allocator gives (a std::vector's 16-byte aligned
+// buffer would make every 64-byte vector load straddle two cache lines, on both sides).
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64}));
+  }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  bool operator==(const Aligned64&) const = default;
+};
+
 struct Tensor {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  std::vector<char> bytes;
+  std::vector<char, Aligned64<char>> bytes;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;

@@ -499,7 +499,7 @@ HWY_INLINE bool SplitOuter(const Rows& rs, K kernel) {
 
 // Floor/Ceil/Round/Trunc keep the sign of x (-0 stays -0 also where an emulated target
 // loses it).
-void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n) {
+void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n) {
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t, int64_t) {
         UnaryF32(op, one, dst + od, a + oa, ainc, n);
       }))
@@ -586,8 +586,8 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
   }
 }
 
-void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
-               int binc, int64_t n) {
+void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
+               int64_t n) {
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
         BinaryF32(op, one, dst + od, a + oa, ainc, b + ob, binc, n);
       }))
@@ -649,8 +649,8 @@ HWY_INLINE bool WithActivation(DF d, UnaryOp op, Run run) {
 
 // dst[i] = op(a[i] + b[i]) (pre 1) or op(a[i] - b[i]) (pre 2): the add/sub stays in a vector
 // register instead of making its own pass over the tile; the same bits as the two ops apart.
-void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
-                 const float* b, int binc, int64_t n) {
+void UnaryPreF32(UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc, const float* b,
+                 int binc, int64_t n) {
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
         UnaryPreF32(op, pre, one, dst + od, a + oa, ainc, b + ob, binc, n);
       }))
@@ -673,8 +673,8 @@ void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a
 // pre 1 / 2): two chain instructions in one pass, the intermediate never stored. The same
 // bits as the two instructions apart (f32 throughout). Row strides: rs.a, rs.b of a and b,
 // rs.c of c.
-void FusedMulF32(int kind, UnaryOp op, int pre, const Rows& rs, float* dst, const float* a,
-                 int ainc, const float* b, int binc, const float* c, int cinc, int64_t n) {
+void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc,
+                 const float* b, int binc, const float* c, int cinc, int64_t n) {
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t oc) {
         FusedMulF32(kind, op, pre, one, dst + od, a + oa, ainc, b + ob, binc, c + oc, cinc, n);
       }))
@@ -737,9 +737,8 @@ HWY_INLINE void MulAddRows(const Rows& rs, float* dst, const float* a, int ainc,
   }
 }
 
-void FusedMulAddF32(bool negate, const Rows& rs, float* dst, const float* a, int ainc,
-                    const float* b, int binc, const float* p, int pinc, const float* q, int qinc,
-                    int64_t n) {
+void FusedMulAddF32(bool negate, Rows rs, float* dst, const float* a, int ainc, const float* b,
+                    int binc, const float* p, int pinc, const float* q, int qinc, int64_t n) {
   if (n <= 0) return;
   if (negate) return MulAddRows<true>(rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
   MulAddRows<false>(rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
@@ -789,8 +788,8 @@ void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, i
            [du](VU vc, VU va, VU vb) { return hn::IfThenElse(hn::Ne(vc, hn::Zero(du)), va, vb); });
 }
 
-void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
-            const float* c, int cinc, int64_t n) {
+void FmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
+            int cinc, int64_t n) {
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t oc) {
         FmaF32(one, dst + od, a + oa, ainc, b + ob, binc, c + oc, cinc, n);
       }))
@@ -875,7 +874,7 @@ HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float i
 }
 
 // Rows in order: an accumulator shared by several rows (row stride 0) combines them in turn.
-void ReduceRowF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n) {
+void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n) {
   if (n <= 0) return;
   const DF d;
   const float id = reduce_identity<float>(op);
@@ -928,8 +927,7 @@ HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const floa
   *acc += FoldSum(d, acc0);
 }
 
-void DotRowF32(const Rows& rs, float* acc, const float* a, int ainc, const float* b, int binc,
-               int64_t n) {
+void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
   if (n <= 0) return;
   const DF d;
   for (int64_t r = 0; r < rs.rows; ++r)
@@ -966,7 +964,7 @@ HWY_INLINE void AccumulateRows(DF d, const Rows& rs, float* acc, const float* a,
   }
 }
 
-void AccumulateF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n) {
+void AccumulateF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n) {
   const DF d;
   const auto run = [&](auto f) {
     if (ainc == 1) return AccumulateRows(d, rs, acc, a, n, f);
