@@ -247,6 +247,35 @@ TEST(Passes, ScaleOfMatmulOperandMovesToTheOutput) {
   }
 }
 
+// pow(x, 2) becomes x * x (exact), so rmsnorm's mean of squares reads x once as a dot
+// product; other exponents stay pow.
+TEST(Passes, SquareBecomesAProduct) {
+  GraphBuilder gb("rms");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 40});
+  Tensor ms = gb.reduce(ReduceOp::kMean, gb.binary(BinaryOp::kPow, x, 2.0), {-1}, true);
+  gb.output("y", gb.mul(x, gb.unary(UnaryOp::kRsqrt, gb.binary(BinaryOp::kAdd, ms, 1e-6))));
+  gb.output("cube", gb.binary(BinaryOp::kPow, x, 3.0));
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  const Graph& opt = (*exe)->optimized();
+  EXPECT_EQ(count_ops(opt, "binary.pow"), 1) << opt.to_string();  // the cube only
+  std::mt19937 rng(4);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {7, 40}, rng)};
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t i = 0; i < 7; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < 40; ++j) ss += double(in[0].at(i * 40 + j)) * in[0].at(i * 40 + j);
+    const double inv = 1.0 / std::sqrt(ss / 40 + 1e-6);
+    for (int64_t j = 0; j < 40; ++j) {
+      const double v = in[0].at(i * 40 + j);
+      EXPECT_NEAR((*out)[0].at(i * 40 + j), v * inv, 1e-5 * (1 + std::abs(v * inv)));
+      EXPECT_NEAR((*out)[1].at(i * 40 + j), v * v * v, 1e-5 * (1 + std::abs(v * v * v)));
+    }
+  }
+}
+
 TEST(Passes, DecomposeLeavesNoComposites) {
   auto exe = Executable::compile(attention_graph(true));
   ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();

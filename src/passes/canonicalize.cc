@@ -88,6 +88,15 @@ const Rule kRules[] = {
        if (commutes && is_scalar_const(c.arg(0), unit) && c.same_type_as(1)) return c.args[1];
        return -1;
      }},
+    // pow(x, 2) = x * x  (exactly: the spec rounds the square once either way). The product
+    // then joins a reduction as one pass: rmsnorm's mean(x.pow(2)) becomes a dot product.
+    {"square",
+     [](Ctx& c) {
+       if (c.n.op != GraphOp::kBinary || c.n.sub != static_cast<int>(BinaryOp::kPow) ||
+           !is_scalar_const(c.arg(1), 2.0) || !c.same_type_as(0))
+         return -1;
+       return c.rw.em().binary(BinaryOp::kMul, c.args[0], c.args[0]);
+     }},
     // matmul(x * c, b) = matmul(x, b) * c;  matmul(a, x * c) = matmul(a, x) * c  (c a scalar
     // constant, the product of x's type). Prologue fusion by algebra: the scale moves to the
     // output, where it runs in the matmul's epilogue, instead of a pass over the operand that
