@@ -276,6 +276,43 @@ TEST(Passes, SquareBecomesAProduct) {
   }
 }
 
+// A gather of elementwise math over an input moves below the math: cross-entropy written as
+// log_softmax + gather picks the targets' logits from the input, and the [S, C]
+// log-probabilities are never stored. Values as computed the long way.
+TEST(Passes, GatherMovesBelowElementwiseMath) {
+  GraphBuilder gb("nll");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 12});
+  Tensor t = gb.input("t", DType::kI64, {s, 1});
+  Tensor m = gb.reduce(ReduceOp::kMax, x, {1}, true);
+  Tensor c = gb.sub(x, m);
+  Tensor lse =
+      gb.unary(UnaryOp::kLog, gb.reduce(ReduceOp::kSum, gb.unary(UnaryOp::kExp, c), {1}, true));
+  Tensor logp = gb.sub(c, lse);
+  gb.output("picked", gb.unary(UnaryOp::kNeg, gb.gather(logp, 1, t)));
+  gb.output("both", gb.gather(gb.add(x, x), 1, t));  // both operands gathered
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  const Graph& opt = (*exe)->optimized();
+  EXPECT_EQ(count_ops(opt, "gather(%0, %1)"), 1) << opt.to_string();  // the input, once (CSE)
+  EXPECT_EQ(count_ops(opt, "gather("), 1) << opt.to_string();
+  std::mt19937 rng(5);
+  const int64_t rows = 9;
+  HostTensor ti = host(DType::kI64, {rows, 1});
+  for (int64_t i = 0; i < rows; ++i) ti.set(i, (i * 5) % 12);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {rows, 12}, rng), ti};
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t i = 0; i < rows; ++i) {
+    double mx = -1e30, sum = 0;
+    for (int64_t j = 0; j < 12; ++j) mx = std::max<double>(mx, in[0].at(i * 12 + j));
+    for (int64_t j = 0; j < 12; ++j) sum += std::exp(in[0].at(i * 12 + j) - mx);
+    const double xt = in[0].at(i * 12 + (i * 5) % 12);
+    EXPECT_NEAR((*out)[0].at(i), -(xt - mx - std::log(sum)), 1e-5);
+    EXPECT_EQ((*out)[1].at(i), static_cast<float>(xt + xt));
+  }
+}
+
 TEST(Passes, DecomposeLeavesNoComposites) {
   auto exe = Executable::compile(attention_graph(true));
   ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();

@@ -533,6 +533,12 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   const Node& n = def_.nodes[node];
   const CShape& in = shape_of(b_, n.inputs[0]);
   Stage& st = stages_[stage];
+  // The value does not depend on where a kept (size-1) reduced dim maps: one instance serves
+  // every such map (softmax-like graphs use the row max both inside the sum and after it).
+  NodeMap key = map;
+  for (int i = 0, k = 0; i < in.rank && n.keepdims; ++i, ++k)
+    if (std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end()) key.e[k] = MapEntry{};
+  if ((*inst = find_inst(stage, node, key, InstKind::kReduce)) >= 0) return Status::ok();
   const size_t axes_before = st.axes.size();
   NodeMap im;
   im.rank = in.rank;
@@ -548,6 +554,13 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
     if (n.keepdims) {
       const MapEntry& e = map.e[k++];
       if (e.axis >= 0 && st.axes[e.axis].extent == in.d[i]) axis = e.axis;
+    }
+    // Else an axis the stage already reduces, of this extent: the two reductions then share
+    // the stage (one pass each over the same loop) instead of one being stored and reloaded.
+    for (size_t a = 0; axis < 0 && a < st.axes.size() && !st.partial; ++a) {
+      if (st.axes[a].reduced && st.axes[a].extent == in.d[i] && (st.reduce_set >> a & 1) &&
+          !(reduced >> a & 1))
+        axis = static_cast<int>(a);
     }
     if (axis < 0 || (reduced >> axis & 1)) axis = new_axis(stage, in.d[i]);
     if (axis < 0) return unimplemented(def_.name + ": too many iteration axes");
@@ -578,7 +591,7 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   DVM_RETURN_IF_ERROR(visit(stage, n.inputs[0], im, &child));
   Inst r;
   r.node = node;
-  r.map = map;
+  r.map = key;
   r.kind = InstKind::kReduce;
   r.inputs = {child};
   r.reduced = reduced;

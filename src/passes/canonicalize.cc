@@ -27,6 +27,53 @@ struct Rule {
   int (*apply)(Ctx& c);
 };
 
+// Is operand `o` of an elementwise op with output shape `out` the same for every position
+// along `axis` (size 1 there, or a missing leading dim)?
+bool constant_along(const Node& o, const SymShape& out, int axis) {
+  const int at = axis - static_cast<int>(out.size() - o.shape.size());
+  return at < 0 || (o.shape[at].is_constant() && o.shape[at].constant_value() == 1);
+}
+
+// Can gather(n, idx) along `axis` move below n, an elementwise op? Its output and idx agree
+// off the axis, and each operand either matches n's shape (it is gathered; at least one is)
+// or, for a binary op, is constant along the axis (kept). Sets gathered[k] per operand.
+bool gather_moves_below(const GraphDef& g, const Node& n, int idx, int axis, bool gathered[2]) {
+  const SymShape& ishape = g.nodes[idx].shape;
+  if ((n.op != GraphOp::kUnary && n.op != GraphOp::kBinary) || ishape.size() != n.shape.size())
+    return false;
+  for (size_t d = 0; d < n.shape.size(); ++d)
+    if (static_cast<int>(d) != axis && !(ishape[d] == n.shape[d])) return false;
+  bool any = false;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const Node& o = g.nodes[n.inputs[k]];
+    gathered[k] =
+        o.shape == n.shape && (n.op == GraphOp::kUnary || !constant_along(o, n.shape, axis));
+    if (!gathered[k] && (n.op == GraphOp::kUnary || !constant_along(o, n.shape, axis)))
+      return false;
+    any = any || gathered[k];
+  }
+  return any;
+}
+
+// gather(v, idx) along `axis`, moved below the unary and binary ops that compute v as far as
+// it goes (see the gather_through_elementwise rule); `depth` bounds the recursion.
+int gather_of(Rewriter& rw, int v, int idx, int axis, int depth) {
+  const Node n = rw.out().nodes[v];  // a copy: emitting appends to the node array
+  bool gathered[2] = {false, false};
+  if (depth <= 0 || !gather_moves_below(rw.out(), n, idx, axis, gathered)) {
+    Node g;
+    g.op = GraphOp::kGather;
+    g.inputs = {v, idx};
+    g.axis = axis;
+    return rw.em().emit(std::move(g));
+  }
+  int ops[2] = {-1, -1};
+  for (size_t k = 0; k < n.inputs.size(); ++k)
+    ops[k] = gathered[k] ? gather_of(rw, n.inputs[k], idx, axis, depth - 1) : n.inputs[k];
+  if (n.op == GraphOp::kUnary) return rw.em().unary(static_cast<UnaryOp>(n.sub), ops[0]);
+  return rw.em().binary(static_cast<BinaryOp>(n.sub), ops[0], ops[1]);
+}
+
 const Rule kRules[] = {
     // reshape(x, shape(x)) = x;  broadcast(x, shape(x)) = x;  cast<t>(x: t) = x
     {"identity_layout",
@@ -96,6 +143,19 @@ const Rule kRules[] = {
            !is_scalar_const(c.arg(1), 2.0) || !c.same_type_as(0))
          return -1;
        return c.rw.em().binary(BinaryOp::kMul, c.args[0], c.args[0]);
+     }},
+    // gather(f(a, b), idx) = f(gather(a, idx), b) along an axis where b is constant (size 1),
+    // for elementwise f, recursively; gather(f(a), idx) = f(gather(a, idx)). The few gathered
+    // elements go through the math instead of the whole tensor, so f's output need not be
+    // stored: cross-entropy as log_softmax + nll_loss gathers the targets' logits from the
+    // input and never writes the [N, C] log-probabilities.
+    {"gather_through_elementwise",
+     [](Ctx& c) {
+       bool gathered[2];
+       if (c.n.op != GraphOp::kGather ||
+           !gather_moves_below(c.rw.out(), c.arg(0), c.args[1], c.n.axis, gathered))
+         return -1;
+       return gather_of(c.rw, c.args[0], c.args[1], c.n.axis, 8);
      }},
     // matmul(x * c, b) = matmul(x, b) * c;  matmul(a, x * c) = matmul(a, x) * c  (c a scalar
     // constant, the product of x's type). Prologue fusion by algebra: the scale moves to the
