@@ -194,6 +194,29 @@ TEST(Runtime, ReductionsSplitAcrossBlocks) {
   }
 }
 
+// A row reduction used both inside another reduction over the same axis and after it (the
+// max of log-sum-exp, then x_t - max - log(sum)) is computed once, in one program: the sum's
+// axis is the max's, so nothing is stored and reloaded between programs.
+TEST(Runtime, ReductionUsedInsideAndAfterAnotherIsOneProgram) {
+  KernelBuilder kb("nll");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 700});
+  Value xt = kb.load("xt", DType::kF32, {S, 1});
+  Value m = kb.max(x, {-1}, true);
+  Value lse = kb.unary(UnaryOp::kLog, kb.sum(kb.unary(UnaryOp::kExp, kb.sub(x, m)), {-1}, true));
+  kb.store("y", kb.sub(kb.sub(xt, m), lse));
+  Kernel k = kb.build().value();
+  std::mt19937 rng(9);
+  Buffer in = make_buffer(DType::kF32, {37, 700}, rng), t = make_buffer(DType::kF32, {37, 1}, rng);
+  expect_matches_reference(k, {in, t}, Tolerance{1e-5, 1e-5});
+  auto ck = CompiledKernel::create(k).value();
+  Buffer out = make_buffer(DType::kF32, {37, 1}, rng);
+  const TensorArg args[] = {in.arg, t.arg};
+  RunStats st;
+  ASSERT_TRUE(ck->run(args, {&out.arg, 1}, {}, &st).is_ok());
+  EXPECT_EQ(st.programs, 1);
+}
+
 TEST(Runtime, SoftmaxOverFewLongRowsIsDeterministic) {
   Kernel k = softmax_kernel();
   std::mt19937 rng(8);
