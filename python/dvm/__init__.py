@@ -109,7 +109,8 @@ __all__ = [
     "UnaryOp",
     "Value",
     "binary_op_name",
-    "compile",
+    # Not "compile": `from dvm import *` would shadow the builtin. Call it as dvm.compile
+    # (like re.compile and torch.compile).
     "compute_type",
     "dtype_name",
     "dtype_of",

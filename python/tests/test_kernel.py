@@ -181,3 +181,12 @@ def test_python_type_errors_stay_type_errors():
         kb.load("x", "f32", [2])
     with pytest.raises(TypeError):
         kb.load("x", dvm.DType.F32, [2.5])
+
+
+def test_star_import_keeps_builtins_and_exports_what_exists():
+    ns = {}
+    exec("from dvm import *", ns)  # noqa: S102
+    assert "compile" not in ns  # the builtin stays; dvm.compile is called qualified
+    assert dvm.compile is not None
+    missing = [name for name in dvm.__all__ if not hasattr(dvm, name)]
+    assert not missing
