@@ -46,10 +46,9 @@ bool gather_moves_below(const GraphDef& g, const Node& n, int idx, int axis, boo
   bool any = false;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     const Node& o = g.nodes[n.inputs[k]];
-    gathered[k] =
-        o.shape == n.shape && (n.op == GraphOp::kUnary || !constant_along(o, n.shape, axis));
-    if (!gathered[k] && (n.op == GraphOp::kUnary || !constant_along(o, n.shape, axis)))
-      return false;
+    const bool keep = n.op == GraphOp::kBinary && constant_along(o, n.shape, axis);
+    if (!keep && !(o.shape == n.shape)) return false;
+    gathered[k] = !keep;
     any = any || gathered[k];
   }
   return any;
