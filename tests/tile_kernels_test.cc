@@ -474,6 +474,20 @@ TEST(TileKernels, MaxMinPropagateNaN) {
   EXPECT_EQ(mn[4], 2.0f);
 }
 
+// torch.sign: NaN and -0 give +0 (not NaN, not -0), in the spec and the SIMD kernel (a full
+// vector and a tail).
+TEST(TileKernels, SignOfNaNAndZeroIsPositiveZero) {
+  const float a[] = {kNaN, -kNaN, -0.0f, 0.0f, -kInf, kInf, -2.5f, 2.5f, 5,
+                     5,    5,     5,     5,    5,     5,    5,     kNaN};
+  const float want[] = {0, 0, 0, 0, -1, 1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+  float y[17];
+  unary_f32(UnaryOp::kSign, y, a, 1, 17);
+  for (int i = 0; i < 17; ++i) {
+    EXPECT_TRUE(same_float(y[i], want[i])) << i << ": " << y[i];
+    EXPECT_TRUE(same_float(ops::unary_f32(UnaryOp::kSign, a[i]), want[i])) << i;
+  }
+}
+
 TEST(TileKernels, FloorDivRemainderF32Semantics) {
   EXPECT_EQ(ops::binary_f32(BinaryOp::kFloorDiv, -7.0f, 2.0f), -4.0f);
   EXPECT_EQ(ops::binary_f32(BinaryOp::kFloorDiv, 7.0f, -2.0f), -4.0f);

@@ -9,7 +9,7 @@
 // - Maximum/Minimum propagate NaN: a NaN operand gives that NaN (a's first). Otherwise
 //   max(a, b) = a > b ? a : b and min(a, b) = a < b ? a : b, so max(+0, -0) = -0 (b) and
 //   max(-0, +0) = +0 (b).
-// - Relu and Sign propagate NaN; Sign(±0) = +0; Relu(-0) = +0.
+// - Relu propagates NaN; Relu(-0) = +0. Sign(NaN) = Sign(±0) = +0, as torch.sign.
 // - Round is round-half-to-even (std::nearbyint in the default rounding mode).
 // - FloorDiv f32 follows torch's div_floor_floating exactly (fmod-based, then floor-corrected,
 //   b == 0 gives the IEEE quotient a / b). Remainder f32: r = fmod(a, b), r += b when r != 0 and
@@ -206,8 +206,7 @@ inline float unary_f32(UnaryOp op, float x) {
       return std::nearbyint(x);
     case UnaryOp::kTrunc:
       return std::trunc(x);
-    case UnaryOp::kSign:
-      if (std::isnan(x)) return x;
+    case UnaryOp::kSign:  // NaN and -0 give +0, as torch.sign does
       return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
     case UnaryOp::kIsFinite:
       return std::isfinite(x) ? 1.0f : 0.0f;

@@ -482,9 +482,8 @@ HWY_INLINE VF GeluTanhF(DF d, VF x) {
 
 HWY_INLINE VF SignF(DF d, VF x) {
   const VF zero = hn::Zero(d);
-  VF r = hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, 1.0f), zero);
-  r = hn::IfThenElse(hn::Lt(x, zero), hn::Set(d, -1.0f), r);
-  return KeepNaN(x, r);
+  const VF r = hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, 1.0f), zero);
+  return hn::IfThenElse(hn::Lt(x, zero), hn::Set(d, -1.0f), r);  // NaN: 0, as the spec
 }
 
 // A 3-D block (rs.outer > 1) as `outer` 2-D calls of `kernel`, each operand moved by its outer
