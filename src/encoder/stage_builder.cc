@@ -536,8 +536,8 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   // The value does not depend on where a kept (size-1) reduced dim maps: one instance serves
   // every such map (softmax-like graphs use the row max both inside the sum and after it).
   NodeMap key = map;
-  for (int i = 0, k = 0; i < in.rank && n.keepdims; ++i, ++k)
-    if (std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end()) key.e[k] = MapEntry{};
+  for (int i = 0; n.keepdims && i < in.rank; ++i)  // kept dims: output dim i is input dim i
+    if (std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end()) key.e[i] = MapEntry{};
   if ((*inst = find_inst(stage, node, key, InstKind::kReduce)) >= 0) return Status::ok();
   const size_t axes_before = st.axes.size();
   NodeMap im;
