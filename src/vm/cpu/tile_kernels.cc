@@ -298,16 +298,29 @@ HWY_INLINE VF ReluF(DF d, VF x) {
 #endif
 }
 
-// e^x for every non-NaN x (NaN lanes: unspecified), <= 2 ulp including subnormal results.
-// x = n ln2 + r, |r| <= ln2/2 (n ln2 subtracted in two parts, exact for |n| <= 150), e^r by
-// the Cephes expf polynomial, and 2^n applied as 2^(n/2) * 2^(n - n/2): both factors are
-// normal for n in [-150, 128], so subnormal results round once, in the last product, and
-// large x overflows to +inf there. Clamping x to [-104, 89] makes n stay in that range and
-// still gives exactly 0 and +inf beyond. About twice as fast as Highway 1.0.3's Exp (no
-// range blends, one polynomial).
+// e^x, <= 2 ulp including subnormal results. x = n ln2 + r, |r| <= ln2/2 (n ln2 subtracted
+// in two parts, exact for |n| <= 150), e^r by the Cephes expf polynomial, then the scaling
+// by 2^n, which rounds once (so subnormal results round once and large x overflows to +inf
+// there). Clamping x to [-104, 89] keeps n in [-150, 128] and still gives exactly 0 and +inf
+// beyond. About twice as fast as Highway 1.0.3's Exp (no range blends, one polynomial).
+//
+// AVX-512 scales by vscalefps and orders the clamp's operands so that a NaN x passes through
+// (vmaxps/vminps return their second operand when one is NaN): NaN in, NaN out. Other
+// targets apply 2^n as 2^(n/2) * 2^(n - n/2), two normal factors for n in [-150, 128] whose
+// first product is exact: the same bits. Their NaN lanes are unspecified (ExpF restores
+// them).
+#undef DVM_EXP_KEEPS_NAN  // per target (this file is compiled once for each)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define DVM_EXP_KEEPS_NAN 1
+#else
+#define DVM_EXP_KEEPS_NAN 0
+#endif
 HWY_INLINE VF ExpCore(DF d, VF x) {
-  const hn::RebindToSigned<DF> di;
+#if DVM_EXP_KEEPS_NAN
+  const VF xc{_mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x.raw))};
+#else
   const VF xc = hn::Min(hn::Max(x, hn::Set(d, -104.0f)), hn::Set(d, 89.0f));
+#endif
   const VF n = hn::Round(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)));
   VF r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), xc);
   r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187045e-06f), r);
@@ -318,16 +331,21 @@ HWY_INLINE VF ExpCore(DF d, VF x) {
   p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
   p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
   p = hn::MulAdd(p, hn::Mul(r, r), hn::Add(r, hn::Set(d, 1.0f)));
+#if DVM_EXP_KEEPS_NAN
+  return VF{_mm512_scalef_ps(p.raw, n.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
   const auto ni = hn::ConvertTo(di, n);
   const auto n1 = hn::ShiftRight<1>(ni);  // arithmetic: floor(n / 2)
   const auto bias = hn::Set(di, 127);
   const VF s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n1, bias)));
   const VF s2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::Sub(ni, n1), bias)));
   return hn::Mul(hn::Mul(p, s1), s2);
+#endif
 }
 
 HWY_INLINE VF ExpF(DF d, VF x) {
-  return KeepNaN(x, ExpCore(d, x));
+  return DVM_EXP_KEEPS_NAN ? ExpCore(d, x) : KeepNaN(x, ExpCore(d, x));
 }
 HWY_INLINE VF Expm1F(DF d, VF x) {
   VF r = hn::Expm1(d, x);
