@@ -859,12 +859,14 @@ void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, 
 void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
   int64_t grid = lp.program.grid;
   if (grid <= 0) return;
-  // Work per block is roughly a tile (times the contraction length for matmuls); tiny
-  // launches are cheaper on the calling thread than waking workers (a wake-up costs
-  // microseconds).
-  int64_t work = grid * lp.program.reg_elems * std::max<int64_t>(1, lp.work_per_elem);
+  // Work per block is roughly a tile per loop trip (times the contraction length for
+  // matmuls); tiny launches are cheaper on the calling thread than waking workers (a wake-up
+  // costs microseconds). A double: the product of large factors must not overflow.
+  const double work = static_cast<double>(grid) * static_cast<double>(lp.program.reg_elems) *
+                      static_cast<double>(std::max<int64_t>(1, lp.work_per_elem)) *
+                      static_cast<double>(lp.trips_per_block);
   int parts = static_cast<int>(std::min<int64_t>(num_threads, grid));
-  if (work < (int64_t{1} << 15)) parts = 1;
+  if (work < 32768.0) parts = 1;
   if (parts <= 1) {
     run_blocks(lp, args, 0, grid);
     return;
@@ -1045,6 +1047,13 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   lp->loop_of_chains.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i)
     if (lp->instrs[i].op == bc::Opcode::kLoop) lp->loop_of_chains[i] = only_chains(*lp, i);
+  for (const bc::Axis& ax : prog.axes) {
+    if (ax.iter != bc::AxisIter::kLoop) continue;
+    int64_t trips = ax.trips();
+    if (ax.split_by >= 0) trips /= std::max<int64_t>(1, prog.axes[ax.split_by].extent);
+    lp->trips_per_block = std::min<int64_t>(lp->trips_per_block, int64_t{1} << 31) *
+                          std::min<int64_t>(std::max<int64_t>(1, trips), int64_t{1} << 31);
+  }
   for (size_t a = 0; a < prog.axes.size(); ++a) {
     if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
     if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);

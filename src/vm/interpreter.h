@@ -21,6 +21,9 @@ struct LoadedProgram {
   // Work per register element, relative to an elementwise op: the contraction length of the
   // program's matmuls (a small matmul output can still be a lot of work for the threads).
   int64_t work_per_elem = 1;
+  // Trips a block makes of its loops (a reduction walking rows, a loop of chains), its share
+  // of a split loop: a block's work is this many tiles.
+  int64_t trips_per_block = 1;
   // Per instruction of a chain body: for its d, a, b, c fields the scratch strip holding a
   // chain-local register (-1: the operand is read or written in place). Decided once here,
   // not per block (small tiles run many chains).
