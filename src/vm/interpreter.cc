@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "base/thread_pool.h"
+#include "ops/scalar_ops.h"
 #include "vm/cpu/gemm.h"
 #include "vm/cpu/tile_kernels.h"
 #include "vm/weight_cache.h"
@@ -73,6 +74,7 @@ class BlockRunner {
   const float* packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
                         int64_t ak);
   void exec_reduce_dot(const Instr& in);
+  bool exec_map_reduce(int32_t pc);
   void exec_chain(int32_t pc, int axis = -1, int64_t trips = 1);
   void exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
@@ -362,6 +364,86 @@ void BlockRunner::exec_reduce_dot(const Instr& in) {
   } else {
     cpu::fma_f32_rows(cpu::Rows{rows, ars, a.rs, b.rs, ars}, ap, xa, ai, xb, bi, ap, 1, cols);
   }
+}
+
+// A map and the reduction of its result (LoadedProgram::map_reduce) in one pass: the map
+// stores its result and the per-row reductions are combined into the accumulator after the
+// fill between them has run, as the instructions apart would. False (nothing done) when the
+// kernel does not take these operands; the caller then runs the instructions one by one.
+bool BlockRunner::exec_map_reduce(int32_t pc) {
+  constexpr int64_t kMaxRows = 256;
+  const Instr& map = lp_.instrs[pc];
+  const int extra = lp_.map_reduce[pc];
+  const Instr& red = lp_.instrs[pc + extra];
+  const int64_t rows = rows_of(map.cls), cols = cols_of(map.cls);
+  if (rows > kMaxRows) return false;
+  const Ref d = resolve(map.d, CType::kF32);
+  const Ref a = resolve(map.a, CType::kF32);
+  const Ref b = resolve(map.b, CType::kF32);
+  const bool binary = bc::is_binary(map.op);
+  const int op =
+      binary ? static_cast<int>(bc::binary_of(map.op)) : static_cast<int>(bc::unary_of(map.op));
+  const ReduceOp rop =
+      red.op == bc::Opcode::kReduceDot ? ReduceOp::kSum : bc::aux_reduce_op(red.aux);
+  const int kind = red.op == bc::Opcode::kReduceDot ? cpu::kRowSumSquares
+                   : rop == ReduceOp::kMax          ? cpu::kRowMax
+                                                    : cpu::kRowSum;
+  float out[kMaxRows];
+  if (!cpu::map_reduce_f32_rows(binary ? 0 : 1, op, map.flags, kind,
+                                cpu::Rows{rows, d.rs, a.rs, b.rs}, reinterpret_cast<float*>(d.p),
+                                reinterpret_cast<const float*>(a.p), static_cast<int>(a.cs),
+                                reinterpret_cast<const float*>(b.p), static_cast<int>(b.cs), cols,
+                                out))
+    return false;
+  if (extra == 2) exec(lp_.instrs[pc + 1]);  // the accumulator's fill
+  const Ref acc = resolve(red.d, CType::kF32);
+  for (int64_t r = 0; r < rows; ++r) {
+    auto* ar = reinterpret_cast<float*>(acc.p) + r * acc.rs;
+    *ar = ops::reduce_combine_f32(rop, *ar, out[r]);
+  }
+  return true;
+}
+
+// Can the top-level instruction at `pc` and the reduction after it (a fill between) run as
+// one map_reduce pass? 0: no; else how far the reduction is (1 or 2).
+int map_reduce_pair(const std::vector<Instr>& code, size_t pc) {
+  const Instr& map = code[pc];
+  const auto full_reg = [](const Operand& o) {
+    return o.kind == OperandKind::kReg && o.cls == TileClass::kFull;
+  };
+  if (map.ctype != CType::kF32 || map.cls != TileClass::kFull || !full_reg(map.d)) return 0;
+  if (bc::is_binary(map.op)) {
+    const BinaryOp op = bc::binary_of(map.op);
+    if (map.flags != 0 || (op != BinaryOp::kAdd && op != BinaryOp::kSub && op != BinaryOp::kMul))
+      return 0;
+  } else if (!bc::is_unary(map.op) || bc::unary_of(map.op) != UnaryOp::kExp ||
+             (map.flags != 1 && map.flags != 2)) {
+    return 0;
+  }
+  size_t k = pc + 1;
+  const Instr* fill = nullptr;
+  if (k < code.size() && code[k].op == bc::Opcode::kFill) fill = &code[k++];
+  if (k >= code.size()) return 0;
+  const Instr& red = code[k];
+  const int y = map.d.index;
+  const auto is_y = [&](const Operand& o) { return full_reg(o) && o.index == y; };
+  if (red.ctype != CType::kF32 || red.cls != TileClass::kFull || !bc::aux_cols(red.aux) ||
+      bc::aux_rows(red.aux) || red.d.kind != OperandKind::kReg || red.d.index == y)
+    return 0;
+  if (red.op == bc::Opcode::kReduceDot) {
+    if (!is_y(red.a) || !is_y(red.b) || bc::aux_reduce_op(red.aux) != ReduceOp::kSum) return 0;
+  } else if (red.op == bc::Opcode::kReduce) {
+    const ReduceOp r = bc::aux_reduce_op(red.aux);
+    if (!is_y(red.a) || (r != ReduceOp::kSum && r != ReduceOp::kMean && r != ReduceOp::kMax))
+      return 0;
+  } else {
+    return 0;
+  }
+  // The fill must initialise the reduction's accumulator and leave the map's result alone.
+  if (fill != nullptr &&
+      (fill->d.kind != OperandKind::kReg || fill->d.index != red.d.index || fill->d.index == y))
+    return 0;
+  return static_cast<int>(k - pc);
 }
 
 // A Chain (see isa.def): the body runs strip by strip, kChainStrip columns of one row at a
@@ -804,6 +886,10 @@ void BlockRunner::run(int64_t block) {
         pc += bc::chain_length(in.aux);  // the body ran inside the chain
         break;
       default:
+        if (lp_.map_reduce[pc] != 0 && exec_map_reduce(pc)) {
+          pc += lp_.map_reduce[pc];
+          break;
+        }
         exec(in);
         break;
     }
@@ -1044,6 +1130,14 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   lp->chain_direct.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i)
     if (lp->instrs[i].op == bc::Opcode::kChain) plan_chain(lp.get(), i);
+  lp->map_reduce.assign(prog.num_instrs(), 0);
+  for (size_t i = 0; i < prog.num_instrs(); ++i) {
+    if (lp->instrs[i].op == bc::Opcode::kChain) {
+      i += bc::chain_length(lp->instrs[i].aux);  // bodies run inside their chain
+      continue;
+    }
+    lp->map_reduce[i] = static_cast<int8_t>(map_reduce_pair(lp->instrs, i));
+  }
   lp->loop_of_chains.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i)
     if (lp->instrs[i].op == bc::Opcode::kLoop) lp->loop_of_chains[i] = only_chains(*lp, i);

@@ -917,22 +917,29 @@ void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, in
   }
 }
 
-// *acc += sum a[i] * b[i], four vector accumulators combined in a fixed order.
+// *acc += sum a[i] * b[i], four vector accumulators combined in a fixed order. kSquare: b is
+// a (same pointer and increment), so each vector is loaded once (the L1 load ports, not the
+// FMAs, bound this loop).
+template <bool kSquare>
 HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const float* b, int binc,
                           int64_t n) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF ba = hn::Set(d, a[0]), bb = hn::Set(d, b[0]);
   const auto la = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : ba; };
   const auto lb = [&](int64_t i) { return binc ? hn::LoadU(d, b + i) : bb; };
+  const auto sq = [&](VF x, int64_t i, VF s) {
+    if constexpr (kSquare) return hn::MulAdd(x, x, s);
+    return hn::MulAdd(x, lb(i), s);
+  };
   VF acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
   int64_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
-    acc0 = hn::MulAdd(la(i), lb(i), acc0);
-    acc1 = hn::MulAdd(la(i + N), lb(i + N), acc1);
-    acc2 = hn::MulAdd(la(i + 2 * N), lb(i + 2 * N), acc2);
-    acc3 = hn::MulAdd(la(i + 3 * N), lb(i + 3 * N), acc3);
+    acc0 = sq(la(i), i, acc0);
+    acc1 = sq(la(i + N), i + N, acc1);
+    acc2 = sq(la(i + 2 * N), i + 2 * N, acc2);
+    acc3 = sq(la(i + 3 * N), i + 3 * N, acc3);
   }
-  for (; i + N <= n; i += N) acc0 = hn::MulAdd(la(i), lb(i), acc0);
+  for (; i + N <= n; i += N) acc0 = sq(la(i), i, acc0);
   if (i < n) {  // missing lanes are 0 * 0 (a broadcast inf must not make 0 * inf = NaN)
     const int64_t m = n - i;
     const auto live = hn::FirstN(d, static_cast<size_t>(m));
@@ -947,8 +954,124 @@ HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const floa
 void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
   if (n <= 0) return;
   const DF d;
+  if (a == b && ainc == binc && rs.a == rs.b) {  // a sum of squares: each vector loaded once
+    for (int64_t r = 0; r < rs.rows; ++r)
+      DotRowOne<true>(d, acc + r * rs.d, a + r * rs.a, ainc, a + r * rs.a, ainc, n);
+    return;
+  }
   for (int64_t r = 0; r < rs.rows; ++r)
-    DotRowOne(d, acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
+    DotRowOne<false>(d, acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
+}
+
+// A map and the row reduction of its result in one pass (cpu::map_reduce_f32_rows): y = f(a,
+// b) stored as the map kernels store it, and per row out[r] = the reduction of y with exactly
+// ReduceRowVec's (kRowSum, kRowMax) or DotRowOne's (kRowSumSquares) accumulators, tail and
+// fold, so the same bits as the two instructions apart, without loading y again. a
+// contiguous; b contiguous (kB) or one value per row.
+template <bool kB, class F, class Step, class Merge, class Tail, class Fold>
+HWY_INLINE void MapReduceGrid(DF d, const Rows& rs, float* dst, const float* a, const float* b,
+                              int64_t n, float* out, VF id, F f, Step step, Merge merge, Tail tail,
+                              Fold fold) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    float* dr = dst + r * rs.d;
+    const float* ar = a + r * rs.a;
+    const float* br = b + r * rs.b;
+    const VF vb = kB ? hn::Zero(d) : hn::Set(d, br[0]);
+    const auto y = [&](int64_t i)
+                       DVM_INL { return f(hn::LoadU(d, ar + i), kB ? hn::LoadU(d, br + i) : vb); };
+    VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
+    int64_t i = 0;
+    for (; i + 4 * N <= n; i += 4 * N) {
+      const VF y0 = y(i), y1 = y(i + N), y2 = y(i + 2 * N), y3 = y(i + 3 * N);
+      hn::StoreU(y0, d, dr + i);
+      hn::StoreU(y1, d, dr + i + N);
+      hn::StoreU(y2, d, dr + i + 2 * N);
+      hn::StoreU(y3, d, dr + i + 3 * N);
+      acc0 = step(acc0, y0);
+      acc1 = step(acc1, y1);
+      acc2 = step(acc2, y2);
+      acc3 = step(acc3, y3);
+    }
+    for (; i + N <= n; i += N) {
+      const VF y0 = y(i);
+      hn::StoreU(y0, d, dr + i);
+      acc0 = step(acc0, y0);
+    }
+    if (i < n) {
+      const int64_t m = n - i;
+      const VF yt = f(LoadTail(d, ar + i, m), kB ? LoadTail(d, br + i, m) : vb);
+      StoreTail(yt, d, dr + i, m);
+      acc1 = step(acc1, tail(hn::FirstN(d, static_cast<size_t>(m)), yt));
+    }
+    out[r] = fold(merge(merge(acc0, acc1), merge(acc2, acc3)));
+  }
+}
+
+// The reduction half of MapReduceF32: accumulators, tail lanes and fold of `red`.
+template <class F>
+HWY_INLINE bool MapReduceWith(DF d, int red, const Rows& rs, float* dst, const float* a, int ainc,
+                              const float* b, int binc, int64_t n, float* out, F f) {
+  if (ainc != 1 || (binc != 0 && binc != 1) || n <= 0) return false;
+  const auto add = [](VF x, VF y) { return hn::Add(x, y); };
+  const auto go = [&](VF id, auto step, auto merge, auto tail, auto fold) {
+    if (binc) {
+      MapReduceGrid<true>(d, rs, dst, a, b, n, out, id, f, step, merge, tail, fold);
+    } else {
+      MapReduceGrid<false>(d, rs, dst, a, b, n, out, id, f, step, merge, tail, fold);
+    }
+    return true;
+  };
+  switch (red) {
+    case kRowSum: {
+      const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kSum));
+      return go(
+          id, add, add, [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
+          [d](VF v) { return FoldSum(d, v); });
+    }
+    case kRowMax: {
+      const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kMax));
+      const auto mx = [](VF x, VF y) { return NanMax(x, y); };
+      return go(
+          id, mx, mx, [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
+          [d](VF v) { return FoldMax(d, v); });
+    }
+    case kRowSumSquares:
+      return go(
+          hn::Zero(d), [](VF s, VF y) { return hn::MulAdd(y, y, s); }, add,
+          [](auto live, VF y) { return hn::IfThenElseZero(live, y); },
+          [d](VF v) { return FoldSum(d, v); });
+    default:
+      return false;
+  }
+}
+
+// kind 0: y = a + b, a - b or a * b (BinaryOp op); kind 1: y = exp(a + b) / exp(a - b) (pre 1 /
+// 2). Returns false, having done nothing, for other ops and operand forms.
+bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const float* a, int ainc,
+                  const float* b, int binc, int64_t n, float* out) {
+  if (rs.outer > 1) return false;
+  const DF d;
+  const auto run = [&](auto f) {
+    return MapReduceWith(d, red, rs, dst, a, ainc, b, binc, n, out, f);
+  };
+  if (kind == 0) {
+    switch (static_cast<BinaryOp>(op)) {
+      case BinaryOp::kAdd:
+        return run([](VF x, VF y) { return hn::Add(x, y); });
+      case BinaryOp::kSub:
+        return run([](VF x, VF y) { return hn::Sub(x, y); });
+      case BinaryOp::kMul:
+        return run([](VF x, VF y) { return hn::Mul(x, y); });
+      default:
+        return false;
+    }
+  }
+  if (kind == 1 && static_cast<UnaryOp>(op) == UnaryOp::kExp) {
+    if (pre == 1) return run([d](VF x, VF y) DVM_INL { return ExpF(d, hn::Add(x, y)); });
+    if (pre == 2) return run([d](VF x, VF y) DVM_INL { return ExpF(d, hn::Sub(x, y)); });
+  }
+  return false;
 }
 
 // acc[i] = combine(acc[i], a[r][i]) for rows r in order, a contiguous along the row (row
@@ -1107,6 +1230,7 @@ HWY_EXPORT(FusedMulF32);
 HWY_EXPORT(FusedMulAddF32);
 HWY_EXPORT(ReduceRowF32);
 HWY_EXPORT(DotRowF32);
+HWY_EXPORT(MapReduceF32);
 HWY_EXPORT(AccumulateF32);
 HWY_EXPORT(HalfToF32);
 HWY_EXPORT(F32ToBF16);
@@ -1469,6 +1593,12 @@ void dot_row_f32(float* acc, const float* a, int ainc, const float* b, int binc,
 void dot_row_f32_rows(const Rows& rows, float* acc, const float* a, int ainc, const float* b,
                       int binc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(DotRowF32)(rows, acc, a, ainc, b, binc, n);
+}
+bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
+                         const float* a, int ainc, const float* b, int binc, int64_t n,
+                         float* out) {
+  return HWY_DYNAMIC_DISPATCH(MapReduceF32)(kind, op, pre, red, rows, dst, a, ainc, b, binc, n,
+                                            out);
 }
 void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n) {
   reduce_row_int<int32_t>(op, acc, a, ainc, n);

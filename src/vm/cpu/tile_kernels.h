@@ -165,6 +165,17 @@ void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const flo
                             const float* b, int binc, const float* p, int pinc, const float* q,
                             int qinc, int64_t n);
 
+// A map and the row reduction of its result in one pass: dst = y = a + b, a - b, a * b
+// (kind 0, op a BinaryOp) or exp(a + b) / exp(a - b) (kind 1, op UnaryOp::kExp, pre 1 / 2),
+// stored as binary_f32_rows / unary_pre_f32_rows store it, and out[r] = row r's sum (kRowSum),
+// max (kRowMax) or sum of squares (kRowSumSquares) of y, the same bits as reduce_row_f32_rows
+// (dot_row_f32_rows for squares) over the stored y, which is not read again. a contiguous
+// along its rows, b contiguous or one value per row. Returns false, having done nothing, for
+// other ops and operand forms.
+inline constexpr int kRowSum = 0, kRowMax = 1, kRowSumSquares = 2;
+bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
+                         const float* a, int ainc, const float* b, int binc, int64_t n, float* out);
+
 // Name of the SIMD target the dispatcher picked (e.g. "AVX3", "AVX2").
 const char* simd_target_name();
 
