@@ -717,6 +717,27 @@ void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float
   WithActivation(d, op, run);  // fused_mul_supported(op): one of them
 }
 
+// The rows of a 2-D slice of MulAddRows with b and q the same for every row (rotary
+// embedding's cos and sin, broadcast over the heads) and kV full vectors a row: b and q are
+// loaded once per slice and stay in registers, so a row costs the loads of a and p only.
+template <int kV, class F>
+HWY_INLINE void MulAddRowsShared(DF d, const Rows& rs, float* dst, const float* a, const float* b,
+                                 const float* p, const float* q, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  VF bv[kV], qv[kV];
+  for (int v = 0; v < kV; ++v) {
+    bv[v] = hn::LoadU(d, b + v * N);
+    qv[v] = hn::LoadU(d, q + v * N);
+  }
+  // Pointers stepped, not recomputed: fewer live registers (a spilled row counter cost a
+  // store-to-load round trip per row).
+  const int64_t sd = rs.d, sa = rs.a, sp = rs.c;
+  for (int64_t r = rs.rows; r > 0; --r, dst += sd, a += sa, p += sp) {
+    for (int v = 0; v < kV; ++v)
+      hn::StoreU(f(hn::LoadU(d, a + v * N), bv[v], hn::LoadU(d, p + v * N), qv[v]), d, dst + v * N);
+  }
+}
+
 // dst = p * q + (+-a) * b over a 3-D block; the all-contiguous case (rotary embedding,
 // complex products) gets its own loop, other increments pick each source per vector.
 template <bool kNeg>
@@ -728,6 +749,28 @@ HWY_INLINE void MulAddRows(const Rows& rs, float* dst, const float* a, int ainc,
   const auto f = [](VF x, VF y, VF z, VF w)
                      DVM_INL { return hn::MulAdd(z, w, hn::Mul(kNeg ? hn::Neg(x) : x, y)); };
   const bool contiguous = ainc && binc && pinc && qinc;
+  if (contiguous && rs.b == 0 && rs.e == 0 && n % N == 0 && n <= 4 * N) {
+    for (int64_t k = 0; k < rs.outer; ++k) {
+      float* dk = dst + k * rs.od;
+      const float *ak = a + k * rs.oa, *bk = b + k * rs.ob, *pk = p + k * rs.oc,
+                  *qk = q + k * rs.oe;
+      switch (n / N) {
+        case 1:
+          MulAddRowsShared<1>(d, rs, dk, ak, bk, pk, qk, f);
+          break;
+        case 2:
+          MulAddRowsShared<2>(d, rs, dk, ak, bk, pk, qk, f);
+          break;
+        case 3:
+          MulAddRowsShared<3>(d, rs, dk, ak, bk, pk, qk, f);
+          break;
+        default:
+          MulAddRowsShared<4>(d, rs, dk, ak, bk, pk, qk, f);
+          break;
+      }
+    }
+    return;
+  }
   for (int64_t k = 0; k < rs.outer; ++k) {
     for (int64_t r = 0; r < rs.rows; ++r) {
       float* dr = dst + k * rs.od + r * rs.d;
