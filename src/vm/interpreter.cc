@@ -251,10 +251,8 @@ void BlockRunner::exec_data(const Instr& in) {
       if (desc.dtype == DType::kF32 && s.rs == 1 && s.cs != 1 && s.cs != 0 && rows > 1) {
         // Transposed source (contiguous along the tile's rows): read it a column at a time,
         // contiguously, and write the register (L1) strided, instead of gathering rows.
-        auto* dp = reinterpret_cast<float*>(d.p);
-        const auto* sp = reinterpret_cast<const float*>(s.p);
-        for (int64_t c = 0; c < cols; ++c)
-          for (int64_t r = 0; r < rows; ++r) dp[r * d.rs + c] = sp[c * s.cs + r];
+        cpu::transpose_f32(reinterpret_cast<float*>(d.p), d.rs, reinterpret_cast<const float*>(s.p),
+                           s.cs, rows, cols);
         return;
       }
       for (int64_t r = 0; r < rows; ++r)
@@ -269,10 +267,9 @@ void BlockRunner::exec_data(const Instr& in) {
       if (desc.dtype == DType::kF32 && in.ctype == CType::kF32 && d.rs == 1 && d.cs != 1 &&
           d.cs != 0 && s.cs == 1 && rows > 1) {
         // Transposed destination: written a column at a time, contiguously.
-        auto* dp = reinterpret_cast<float*>(d.p);
-        const auto* sp = reinterpret_cast<const float*>(s.p);
-        for (int64_t c = 0; c < cols; ++c)
-          for (int64_t r = 0; r < rows; ++r) dp[c * d.cs + r] = sp[r * s.rs + c];
+        // dst element (r, c) at c * d.cs + r: the transpose of a cols x rows copy.
+        cpu::transpose_f32(reinterpret_cast<float*>(d.p), d.cs, reinterpret_cast<const float*>(s.p),
+                           s.rs, cols, rows);
         return;
       }
       for (int64_t r = 0; r < rows; ++r) {

@@ -1169,6 +1169,56 @@ void AccumulateF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, i
   }
 }
 
+// dst[r * drs + c] = src[c * scs + r] for r < rows, c < cols: a transposed copy (a tile read
+// from, or written to, memory that is contiguous along the tile's rows). 8 x 8 blocks go
+// through registers (eight 8-lane loads, 24 shuffles, eight stores) on targets with 256-bit
+// vectors; the edges and other targets copy element by element.
+void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
+                  int64_t cols) {
+  int64_t r0 = 0, c0 = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const hn::Full256<float> d8;
+  const hn::Full256<double> d64;
+  const auto il64 = [&](hn::Vec256<float> a, hn::Vec256<float> b) {
+    return hn::BitCast(d8, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  const auto iu64 = [&](hn::Vec256<float> a, hn::Vec256<float> b) {
+    return hn::BitCast(d8, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t c = 0; c < cols8; c += 8) {
+    for (int64_t r = 0; r < rows8; r += 8) {
+      // v[k]: source column c + k (8 consecutive rows r..r+7), i.e. tile column c + k.
+      hn::Vec256<float> v[8];
+      for (int k = 0; k < 8; ++k) v[k] = hn::LoadU(d8, src + (c + k) * scs + r);
+      hn::Vec256<float> t[8], u[8];
+      for (int k = 0; k < 8; k += 2) {
+        t[k] = hn::InterleaveLower(d8, v[k], v[k + 1]);
+        t[k + 1] = hn::InterleaveUpper(d8, v[k], v[k + 1]);
+      }
+      for (int k = 0; k < 8; k += 4) {
+        u[k] = il64(t[k], t[k + 2]);
+        u[k + 1] = iu64(t[k], t[k + 2]);
+        u[k + 2] = il64(t[k + 1], t[k + 3]);
+        u[k + 3] = iu64(t[k + 1], t[k + 3]);
+      }
+      // u[j] (j < 4) holds elements j and j + 4 of source columns c..c+3, u[j + 4] of c+4..c+7.
+      for (int j = 0; j < 4; ++j) {
+        hn::StoreU(hn::ConcatLowerLower(d8, u[j + 4], u[j]), d8, dst + (r + j) * drs + c);
+        hn::StoreU(hn::ConcatUpperUpper(d8, u[j + 4], u[j]), d8, dst + (r + j + 4) * drs + c);
+      }
+    }
+  }
+  r0 = rows8;
+  c0 = cols8;
+#endif
+  // The edges: the last rows of the blocked columns, then the last columns.
+  for (int64_t c = 0; c < c0; ++c)
+    for (int64_t r = r0; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+  for (int64_t c = c0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+}
+
 int64_t TargetId() {
   return HWY_TARGET;
 }
@@ -1273,6 +1323,7 @@ HWY_EXPORT(FusedMulF32);
 HWY_EXPORT(FusedMulAddF32);
 HWY_EXPORT(ReduceRowF32);
 HWY_EXPORT(DotRowF32);
+HWY_EXPORT(TransposeF32);
 HWY_EXPORT(MapReduceF32);
 HWY_EXPORT(AccumulateF32);
 HWY_EXPORT(HalfToF32);
@@ -1636,6 +1687,10 @@ void dot_row_f32(float* acc, const float* a, int ainc, const float* b, int binc,
 void dot_row_f32_rows(const Rows& rows, float* acc, const float* a, int ainc, const float* b,
                       int binc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(DotRowF32)(rows, acc, a, ainc, b, binc, n);
+}
+void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
+                   int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(TransposeF32)(dst, drs, src, scs, rows, cols);
 }
 bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
                          const float* a, int ainc, const float* b, int binc, int64_t n,

@@ -165,6 +165,11 @@ void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const flo
                             const float* b, int binc, const float* p, int pinc, const float* q,
                             int qinc, int64_t n);
 
+// dst[r * drs + c] = src[c * scs + r], r < rows, c < cols (f32): a transposed copy, in
+// register blocks where the target allows.
+void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
+                   int64_t cols);
+
 // A map and the row reduction of its result in one pass: dst = y = a + b, a - b, a * b
 // (kind 0, op a BinaryOp) or exp(a + b) / exp(a - b) (kind 1, op UnaryOp::kExp, pre 1 / 2),
 // stored as binary_f32_rows / unary_pre_f32_rows store it, and out[r] = row r's sum (kRowSum),
