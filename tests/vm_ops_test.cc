@@ -1064,9 +1064,9 @@ TEST(VmTransposedLoad, UnaryIntoOutputOrder) {
           {.tol = Tol::kTrans, .what = "S=" + std::to_string(s)});
 }
 
-// Chain pairs that run as one kernel call (a producer whose only reader is the next mul):
-// mul * mul, unary * x, unary(a +- b) * x, with the product's operands either way round,
-// contiguous, row-broadcast and column-broadcast, over tails and empty tiles.
+// Chain pairs that run as one kernel call (a producer whose only reader is the next mul or
+// fma): mul * mul, unary * x, unary(a +- b) * x, (a * b) * c + e, with the product's operands
+// either way round, contiguous, row-broadcast and column-broadcast, over tails and empty tiles.
 TEST(VmFusedPairs, MatchReference) {
   KernelBuilder kb("pairs");
   Dim R = kb.symbol("R"), C = kb.symbol("C");
@@ -1082,6 +1082,9 @@ TEST(VmFusedPairs, MatchReference) {
   // A product feeding an fma's addend (neg included): one fused_mul_add call.
   kb.store("two_products", kb.add(kb.mul(a, bias), kb.mul(b, s)));
   kb.store("neg_product", kb.add(kb.mul(b, bias), kb.mul(kb.unary(UnaryOp::kNeg, a), s)));
+  // A product feeding an fma's factor (layernorm's normalised value times weight plus bias):
+  // one fused_mul_fma call.
+  kb.store("affine_norm", kb.add(kb.mul(kb.mul(a, s), bias), b));
   BUILD(kb, k);
   std::mt19937 rng(54);
   for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
@@ -1091,7 +1094,7 @@ TEST(VmFusedPairs, MatchReference) {
            make_buffer(DType::kF32, {c}, rng), make_buffer(DType::kF32, {r, 1}, rng)},
           {.tol = Tol::kTrans,
            .outs = {Out::kContig, Out::kStrided, Out::kContig, Out::kStrided, Out::kContig,
-                    Out::kContig, Out::kStrided},
+                    Out::kContig, Out::kStrided, Out::kContig},
            .what = std::to_string(r) + "x" + std::to_string(c)});
   }
 }

@@ -576,6 +576,23 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
             i = mi + 1;
             continue;
           }
+          if (fuse == LoadedProgram::kFuseMulFmaFactor) {  // (x * y) * other + addend
+            const ChainOperand* fo = ops[i + 1];           // the fma: d, a, b, c
+            const bool first = is_reg(body[i + 1].a, in.d.index);
+            const ChainOperand& other = first ? fo[2] : fo[1];
+            cpu::Rows blk{nb, rs(fo[0]), rs(o[1]), rs(o[2]), rs(other)};
+            blk.e = rs(fo[3]);
+            blk.outer = nt;
+            blk.od = os(fo[0]);
+            blk.oa = os(o[1]);
+            blk.ob = os(o[2]);
+            blk.oc = os(other);
+            blk.oe = os(fo[3]);
+            cpu::fused_mul_fma_f32_rows(blk, at(fo[0]), at(o[1]), inc(o[1]), at(o[2]), inc(o[2]),
+                                        at(other), inc(other), at(fo[3]), inc(fo[3]), n);
+            ++i;
+            continue;
+          }
           if (fuse != 0) {  // body[i] * (the other operand of body[i + 1]) -> its destination
             const ChainOperand* q = ops[i + 1];
             const ChainOperand& c = q[fuse == 1 ? 2 : 1];
@@ -994,6 +1011,20 @@ bool mul_feeds_fma_addend(const Instr* body, int k, int i) {
          !read_again(body, k, i + 2, m);
 }
 
+// Is body[i] a plain mul whose chain-local result only body[i + 1], an fma, reads, as one
+// of its two factors (and nothing later)?
+bool mul_feeds_fma_factor(const Instr* body, int k, int i) {
+  if (i + 1 >= k) return false;
+  const Instr& mul = body[i];
+  const Instr& fma = body[i + 1];
+  if (!bc::is_binary(mul.op) || bc::binary_of(mul.op) != BinaryOp::kMul || mul.flags != 0)
+    return false;
+  if (fma.op != bc::Opcode::kFma || mul.d.kind != OperandKind::kReg) return false;
+  const int m = mul.d.index;
+  return is_reg(fma.a, m) != is_reg(fma.b, m) && !is_reg(fma.c, m) && !is_reg(fma.d, m) &&
+         !read_again(body, k, i + 2, m);
+}
+
 // Is body[i] a neg whose chain-local result only body[i + 1] reads, once, where body[i + 1]
 // is a mul feeding the fma after it (mul_feeds_fma_addend)?
 bool neg_feeds_mul_fma(const Instr* body, int k, int i) {
@@ -1069,6 +1100,12 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
       touches_scratch(i + 1, {neg_first ? 2 : 1});
       touches_scratch(i + 2, {0, 1, 2});
       i += 3;
+    } else if (!keep0 && mul_feeds_fma_factor(body, k, i)) {
+      fuse = LoadedProgram::kFuseMulFmaFactor;
+      const bool first = is_reg(body[i + 1].a, body[i].d.index);
+      touches_scratch(i, {1, 2});
+      touches_scratch(i + 1, {0, first ? 2 : 1, 3});
+      i += 2;
     } else if (!keep0 && mul_feeds_fma_addend(body, k, i)) {
       fuse = LoadedProgram::kFuseMulFma;
       touches_scratch(i, {1, 2});

@@ -32,8 +32,10 @@ struct LoadedProgram {
   // a mul, as that mul's operand a or b: the pair runs as one cpu::fused_mul_f32_rows call.
   // kFuseMulFma: a mul whose result is only the next instruction's fma addend; kFuseNegMulFma:
   // a neg read only by such a mul: the two (three) run as one cpu::fused_mul_add_f32_rows.
+  // kFuseMulFmaFactor: a mul whose result only the next instruction, an fma, reads as one of
+  // its factors: one cpu::fused_mul_fma_f32_rows.
   std::vector<int8_t> chain_fuse;
-  static constexpr int8_t kFuseMulFma = 3, kFuseNegMulFma = 4;
+  static constexpr int8_t kFuseMulFma = 3, kFuseNegMulFma = 4, kFuseMulFmaFactor = 5;
   // Per Chain: 1 when no kernel call of the body reads or writes strip scratch (every
   // intermediate fused away): the body then runs over whole tiles, not strips.
   std::vector<char> chain_direct;

@@ -797,6 +797,67 @@ HWY_INLINE void MulAddRows(const Rows& rs, float* dst, const float* a, int ainc,
   }
 }
 
+// dst = (a * b) * c + e over a 3-D block: a product feeding an fma's factor (layernorm's
+// (x - mean) * rstd, then * weight + bias) in one pass, the product never stored. The same
+// bits as the mul and the fma apart. a, c, e contiguous and b contiguous or one value per row
+// (the common case) get their own loop; other increments pick each source per vector.
+template <bool kB>
+HWY_INLINE void MulFmaRow(DF d, float* dr, const float* ar, const float* br, const float* cr,
+                          const float* er, int64_t n) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF vb = hn::Set(d, br[0]);
+  const auto lb = [&](int64_t i) DVM_INL { return kB ? hn::LoadU(d, br + i) : vb; };
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const VF r0 = hn::MulAdd(hn::Mul(hn::LoadU(d, ar + i), lb(i)), hn::LoadU(d, cr + i),
+                             hn::LoadU(d, er + i));
+    const VF r1 = hn::MulAdd(hn::Mul(hn::LoadU(d, ar + i + N), lb(i + N)), hn::LoadU(d, cr + i + N),
+                             hn::LoadU(d, er + i + N));
+    hn::StoreU(r0, d, dr + i);
+    hn::StoreU(r1, d, dr + i + N);
+  }
+  for (; i < n; i += N) {
+    const int64_t m = std::min(N, n - i);
+    const VF x = LoadTail(d, ar + i, m);
+    const VF y = kB ? LoadTail(d, br + i, m) : vb;
+    StoreTail(hn::MulAdd(hn::Mul(x, y), LoadTail(d, cr + i, m), LoadTail(d, er + i, m)), d, dr + i,
+              m);
+  }
+}
+
+void FusedMulFmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
+                    const float* c, int cinc, const float* e, int einc, int64_t n) {
+  if (n <= 0) return;
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const bool fast = ainc == 1 && cinc == 1 && einc == 1 && (binc == 0 || binc == 1);
+  for (int64_t k = 0; k < rs.outer; ++k) {
+    for (int64_t r = 0; r < rs.rows; ++r) {
+      float* dr = dst + k * rs.od + r * rs.d;
+      const float* ar = a + k * rs.oa + r * rs.a;
+      const float* br = b + k * rs.ob + r * rs.b;
+      const float* cr = c + k * rs.oc + r * rs.c;
+      const float* er = e + k * rs.oe + r * rs.e;
+      if (fast) {
+        if (binc) {
+          MulFmaRow<true>(d, dr, ar, br, cr, er, n);
+        } else {
+          MulFmaRow<false>(d, dr, ar, br, cr, er, n);
+        }
+        continue;
+      }
+      for (int64_t i = 0; i < n; i += N) {
+        const int64_t m = std::min(N, n - i);
+        const auto ld = [&](const float* p, int inc) {
+          return inc ? LoadTail(d, p + i, m) : hn::Set(d, p[0]);
+        };
+        StoreTail(hn::MulAdd(hn::Mul(ld(ar, ainc), ld(br, binc)), ld(cr, cinc), ld(er, einc)), d,
+                  dr + i, m);
+      }
+    }
+  }
+}
+
 void FusedMulAddF32(bool negate, Rows rs, float* dst, const float* a, int ainc, const float* b,
                     int binc, const float* p, int pinc, const float* q, int qinc, int64_t n) {
   if (n <= 0) return;
@@ -1321,6 +1382,7 @@ HWY_EXPORT(Select32);
 HWY_EXPORT(FmaF32);
 HWY_EXPORT(FusedMulF32);
 HWY_EXPORT(FusedMulAddF32);
+HWY_EXPORT(FusedMulFmaF32);
 HWY_EXPORT(ReduceRowF32);
 HWY_EXPORT(DotRowF32);
 HWY_EXPORT(TransposeF32);
@@ -1792,6 +1854,12 @@ bool fused_mul_supported(UnaryOp op) {
 void fused_mul_f32_rows(int kind, UnaryOp op, int pre, const Rows& rows, float* dst, const float* a,
                         int ainc, const float* b, int binc, const float* c, int cinc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(FusedMulF32)(kind, op, pre, rows, dst, a, ainc, b, binc, c, cinc, n);
+}
+
+void fused_mul_fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const float* b,
+                            int binc, const float* c, int cinc, const float* e, int einc,
+                            int64_t n) {
+  HWY_DYNAMIC_DISPATCH(FusedMulFmaF32)(rows, dst, a, ainc, b, binc, c, cinc, e, einc, n);
 }
 
 void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const float* a, int ainc,

@@ -181,6 +181,14 @@ inline constexpr int kRowSum = 0, kRowMax = 1, kRowSumSquares = 2;
 bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
                          const float* a, int ainc, const float* b, int binc, int64_t n, float* out);
 
+// A product feeding an fma's factor in one pass: dst[i] = (a[i] * b[i]) * c[i] + e[i], the
+// same bits as the mul and the fma apart, the product never stored (layernorm's
+// (x - mean) * rstd * weight + bias). Row and outer strides: a, b: rows.a/oa, rows.b/ob; c:
+// rows.c/oc; e: rows.e/oe.
+void fused_mul_fma_f32_rows(const Rows& rows, float* dst, const float* a, int ainc, const float* b,
+                            int binc, const float* c, int cinc, const float* e, int einc,
+                            int64_t n);
+
 // Name of the SIMD target the dispatcher picked (e.g. "AVX3", "AVX2").
 const char* simd_target_name();
 
