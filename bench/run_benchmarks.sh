@@ -28,10 +28,22 @@ mkdir -p "$OUT_DIR"
 } >"$OUT_DIR/machine.txt"
 cat "$OUT_DIR/machine.txt"
 
+# Each binary writes to a temporary file that replaces bench_results/<name>.json only when
+# it holds benchmarks: a filter that matches nothing in a binary leaves that binary's last
+# results (and their machine file) in place. <name>.machine.txt records the run that
+# produced <name>.json (perf_report.py prefers it to machine.txt).
 for b in "${BENCHES[@]}"; do
   echo "=== $b"
-  "$BUILD_DIR/bench/$b" --benchmark_out="$OUT_DIR/$b.json" --benchmark_out_format=json \
+  tmp="$OUT_DIR/.$b.json.tmp"
+  "$BUILD_DIR/bench/$b" --benchmark_out="$tmp" --benchmark_out_format=json \
     --benchmark_repetitions="$REPS" --benchmark_report_aggregates_only=true "$@"
+  if python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("benchmarks") else 1)' \
+    "$tmp" 2>/dev/null; then
+    mv "$tmp" "$OUT_DIR/$b.json"
+    cp -p "$OUT_DIR/machine.txt" "$OUT_DIR/$b.machine.txt"  # -p: older than the JSON
+  else
+    rm -f "$tmp"
+  fi
 done
 
 python3 - "$OUT_DIR" <<'PY'

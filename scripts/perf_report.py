@@ -103,9 +103,10 @@ def is_gbench(data):
     return isinstance(data, dict) and "benchmarks" in data and "context" in data
 
 
-def read_machine_txt(results):
-    """bench_results/machine.txt as a dict (first line: the CPU model), or None."""
-    path = os.path.join(results, "machine.txt")
+def read_machine_txt(results, name="machine.txt"):
+    """bench_results/machine.txt (or a benchmark's own <name>.machine.txt, written with its
+    JSON by run_benchmarks.sh) as a dict (first line: the CPU model), or None."""
+    path = os.path.join(results, name)
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -811,7 +812,7 @@ def generate(results):
             out += [f"`{rel}/{name}.json` {why}: run `bash bench/run_benchmarks.sh` (or "
                     f"`bash bench/run_benchmarks.sh --benchmark_filter=...`) to produce it.", ""]
             continue
-        gb = GBench(path, data, machine)
+        gb = GBench(path, data, read_machine_txt(results, name + ".machine.txt") or machine)
         if not gb.runs:
             out += [f"`{rel}/{name}.json` holds no benchmarks (a filter matched nothing).", ""]
             continue
