@@ -1102,8 +1102,9 @@ TEST(VmFusedPairs, MatchReference) {
 // A map whose result the next instruction reduces along the row (a fill between) runs as one
 // pass that stores the map and reduces it (cpu::map_reduce_f32_rows): softmax's exp(x - max)
 // and its sum, layernorm's x + r and its mean and the centred values' sum of squares, a
-// scaled max; contiguous and per-row second operands, rows of one vector, tails, short and
-// long rows, an empty tensor. Each is checked against the reference at 1, 2 and 7 threads.
+// scaled max, a masked softmax's x * scale + mask (an fma) and its max; contiguous and per-row
+// second operands, rows of one vector, tails, short and long rows, an empty tensor. Each is checked
+// against the reference at 1, 2 and 7 threads.
 TEST(VmMapReduce, MatchReference) {
   const auto softmax = [](KernelBuilder& kb, Value x, Value) {
     Value e = kb.unary(UnaryOp::kExp, kb.sub(x, kb.max(x, {-1}, true)));
@@ -1119,9 +1120,15 @@ TEST(VmMapReduce, MatchReference) {
     Value s = kb.mul(x, r);
     return kb.sub(s, kb.max(s, {-1}, true));
   };
+  const auto masked_softmax = [&](KernelBuilder& kb, Value x, Value mask) {
+    return softmax(kb, kb.add(kb.binary(BinaryOp::kMul, x, 0.125), mask), mask);  // an fma
+  };
   using Body = std::function<Value(KernelBuilder&, Value, Value)>;
-  for (auto [name, body] : std::vector<std::pair<std::string, Body>>{
-           {"softmax", softmax}, {"layernorm", layernorm}, {"scaled_max", scaled_max}}) {
+  for (auto [name, body] :
+       std::vector<std::pair<std::string, Body>>{{"softmax", softmax},
+                                                 {"layernorm", layernorm},
+                                                 {"scaled_max", scaled_max},
+                                                 {"masked_softmax", masked_softmax}}) {
     KernelBuilder kb(name);
     Dim R = kb.symbol("R"), C = kb.symbol("C");
     Value x = kb.load("x", DType::kF32, {R, C});

@@ -377,20 +377,24 @@ bool BlockRunner::exec_map_reduce(int32_t pc) {
   const Ref d = resolve(map.d, CType::kF32);
   const Ref a = resolve(map.a, CType::kF32);
   const Ref b = resolve(map.b, CType::kF32);
+  const bool fma = map.op == bc::Opcode::kFma;
+  const Ref c = fma ? resolve(map.c, CType::kF32) : a;
   const bool binary = bc::is_binary(map.op);
-  const int op =
-      binary ? static_cast<int>(bc::binary_of(map.op)) : static_cast<int>(bc::unary_of(map.op));
+  const int map_kind = fma ? 2 : binary ? 0 : 1;
+  const int op = fma      ? 0
+                 : binary ? static_cast<int>(bc::binary_of(map.op))
+                          : static_cast<int>(bc::unary_of(map.op));
   const ReduceOp rop =
       red.op == bc::Opcode::kReduceDot ? ReduceOp::kSum : bc::aux_reduce_op(red.aux);
   const int kind = red.op == bc::Opcode::kReduceDot ? cpu::kRowSumSquares
                    : rop == ReduceOp::kMax          ? cpu::kRowMax
                                                     : cpu::kRowSum;
   float out[kMaxRows];
-  if (!cpu::map_reduce_f32_rows(binary ? 0 : 1, op, map.flags, kind,
-                                cpu::Rows{rows, d.rs, a.rs, b.rs}, reinterpret_cast<float*>(d.p),
-                                reinterpret_cast<const float*>(a.p), static_cast<int>(a.cs),
-                                reinterpret_cast<const float*>(b.p), static_cast<int>(b.cs), cols,
-                                out))
+  if (!cpu::map_reduce_f32_rows(
+          map_kind, op, map.flags, kind, cpu::Rows{rows, d.rs, a.rs, b.rs, c.rs},
+          reinterpret_cast<float*>(d.p), reinterpret_cast<const float*>(a.p),
+          static_cast<int>(a.cs), reinterpret_cast<const float*>(b.p), static_cast<int>(b.cs),
+          reinterpret_cast<const float*>(c.p), static_cast<int>(c.cs), cols, out))
     return false;
   if (extra == 2) exec(lp_.instrs[pc + 1]);  // the accumulator's fill
   const Ref acc = resolve(red.d, CType::kF32);
@@ -409,7 +413,9 @@ int map_reduce_pair(const std::vector<Instr>& code, size_t pc) {
     return o.kind == OperandKind::kReg && o.cls == TileClass::kFull;
   };
   if (map.ctype != CType::kF32 || map.cls != TileClass::kFull || !full_reg(map.d)) return 0;
-  if (bc::is_binary(map.op)) {
+  if (map.op == bc::Opcode::kFma) {
+    if (map.flags != 0) return 0;
+  } else if (bc::is_binary(map.op)) {
     const BinaryOp op = bc::binary_of(map.op);
     if (map.flags != 0 || (op != BinaryOp::kAdd && op != BinaryOp::kSub && op != BinaryOp::kMul))
       return 0;

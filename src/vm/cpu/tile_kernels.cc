@@ -1068,26 +1068,22 @@ void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, in
 }
 
 // A map and the row reduction of its result in one pass (cpu::map_reduce_f32_rows): y = f(a,
-// b) stored as the map kernels store it, and per row out[r] = the reduction of y with exactly
-// ReduceRowVec's (kRowSum, kRowMax) or DotRowOne's (kRowSumSquares) accumulators, tail and
-// fold, so the same bits as the two instructions apart, without loading y again. a
-// contiguous; b contiguous (kB) or one value per row.
-template <bool kB, class F, class Step, class Merge, class Tail, class Fold>
-HWY_INLINE void MapReduceGrid(DF d, const Rows& rs, float* dst, const float* a, const float* b,
-                              int64_t n, float* out, VF id, F f, Step step, Merge merge, Tail tail,
-                              Fold fold) {
+// b, c) stored as the map kernels store it, and per row out[r] = the reduction of y with
+// exactly ReduceRowVec's (kRowSum, kRowMax) or DotRowOne's (kRowSumSquares) accumulators,
+// tail and fold, so the same bits as the two instructions apart, without loading y again.
+// row(r) gives row r's map: y(i, m), the vector at column i (m < 0: a full vector, else its
+// first m lanes, the others unspecified).
+template <class Row, class Step, class Merge, class Tail, class Fold>
+HWY_INLINE void MapReduceGrid(DF d, const Rows& rs, float* dst, int64_t n, float* out, VF id,
+                              Row row, Step step, Merge merge, Tail tail, Fold fold) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t r = 0; r < rs.rows; ++r) {
     float* dr = dst + r * rs.d;
-    const float* ar = a + r * rs.a;
-    const float* br = b + r * rs.b;
-    const VF vb = kB ? hn::Zero(d) : hn::Set(d, br[0]);
-    const auto y = [&](int64_t i)
-                       DVM_INL { return f(hn::LoadU(d, ar + i), kB ? hn::LoadU(d, br + i) : vb); };
+    const auto y = row(r);
     VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
     int64_t i = 0;
     for (; i + 4 * N <= n; i += 4 * N) {
-      const VF y0 = y(i), y1 = y(i + N), y2 = y(i + 2 * N), y3 = y(i + 3 * N);
+      const VF y0 = y(i, -1), y1 = y(i + N, -1), y2 = y(i + 2 * N, -1), y3 = y(i + 3 * N, -1);
       hn::StoreU(y0, d, dr + i);
       hn::StoreU(y1, d, dr + i + N);
       hn::StoreU(y2, d, dr + i + 2 * N);
@@ -1098,13 +1094,13 @@ HWY_INLINE void MapReduceGrid(DF d, const Rows& rs, float* dst, const float* a, 
       acc3 = step(acc3, y3);
     }
     for (; i + N <= n; i += N) {
-      const VF y0 = y(i);
+      const VF y0 = y(i, -1);
       hn::StoreU(y0, d, dr + i);
       acc0 = step(acc0, y0);
     }
     if (i < n) {
       const int64_t m = n - i;
-      const VF yt = f(LoadTail(d, ar + i, m), kB ? LoadTail(d, br + i, m) : vb);
+      const VF yt = y(i, m);
       StoreTail(yt, d, dr + i, m);
       acc1 = step(acc1, tail(hn::FirstN(d, static_cast<size_t>(m)), yt));
     }
@@ -1112,52 +1108,71 @@ HWY_INLINE void MapReduceGrid(DF d, const Rows& rs, float* dst, const float* a, 
   }
 }
 
-// The reduction half of MapReduceF32: accumulators, tail lanes and fold of `red`.
-template <class F>
-HWY_INLINE bool MapReduceWith(DF d, int red, const Rows& rs, float* dst, const float* a, int ainc,
-                              const float* b, int binc, int64_t n, float* out, F f) {
-  if (ainc != 1 || (binc != 0 && binc != 1) || n <= 0) return false;
-  const auto add = [](VF x, VF y) { return hn::Add(x, y); };
-  const auto go = [&](VF id, auto step, auto merge, auto tail, auto fold) {
-    if (binc) {
-      MapReduceGrid<true>(d, rs, dst, a, b, n, out, id, f, step, merge, tail, fold);
-    } else {
-      MapReduceGrid<false>(d, rs, dst, a, b, n, out, id, f, step, merge, tail, fold);
-    }
-    return true;
+// Row maps for MapReduceGrid: a contiguous; b and c contiguous (kB, kC) or one value per row.
+template <bool kB, bool kC, class F>
+HWY_INLINE auto RowMap(DF d, const Rows& rs, const float* a, const float* b, const float* c, F f) {
+  return [=](int64_t r) DVM_INL {
+    const float* ar = a + r * rs.a;
+    const float* br = b + r * rs.b;
+    const float* cr = c + r * rs.c;
+    const VF vb = hn::Set(d, br[0]), vc = hn::Set(d, cr[0]);
+    return [=](int64_t i, int64_t m) DVM_INL {
+      const auto ld = [&](const float* p)
+                          DVM_INL { return m < 0 ? hn::LoadU(d, p + i) : LoadTail(d, p + i, m); };
+      return f(ld(ar), kB ? ld(br) : vb, kC ? ld(cr) : vc);
+    };
   };
+}
+
+// The reduction half of MapReduceF32: accumulators, tail lanes and fold of `red`, over the
+// row map `row`.
+template <class Row>
+HWY_INLINE bool MapReduceWith(DF d, int red, const Rows& rs, float* dst, int64_t n, float* out,
+                              Row row) {
+  const auto add = [](VF x, VF y) { return hn::Add(x, y); };
   switch (red) {
     case kRowSum: {
       const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kSum));
-      return go(
-          id, add, add, [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
+      MapReduceGrid(
+          d, rs, dst, n, out, id, row, add, add,
+          [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
           [d](VF v) { return FoldSum(d, v); });
+      return true;
     }
     case kRowMax: {
       const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kMax));
       const auto mx = [](VF x, VF y) { return NanMax(x, y); };
-      return go(
-          id, mx, mx, [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
+      MapReduceGrid(
+          d, rs, dst, n, out, id, row, mx, mx,
+          [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
           [d](VF v) { return FoldMax(d, v); });
+      return true;
     }
     case kRowSumSquares:
-      return go(
-          hn::Zero(d), [](VF s, VF y) { return hn::MulAdd(y, y, s); }, add,
+      MapReduceGrid(
+          d, rs, dst, n, out, hn::Zero(d), row, [](VF s, VF y) { return hn::MulAdd(y, y, s); }, add,
           [](auto live, VF y) { return hn::IfThenElseZero(live, y); },
           [d](VF v) { return FoldSum(d, v); });
+      return true;
     default:
       return false;
   }
 }
 
 // kind 0: y = a + b, a - b or a * b (BinaryOp op); kind 1: y = exp(a + b) / exp(a - b) (pre 1 /
-// 2). Returns false, having done nothing, for other ops and operand forms.
+// 2); kind 2: y = a * b + c (fma; c contiguous). Returns false, having done nothing, for other
+// ops and operand forms.
 bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const float* a, int ainc,
-                  const float* b, int binc, int64_t n, float* out) {
-  if (rs.outer > 1) return false;
+                  const float* b, int binc, const float* c, int cinc, int64_t n, float* out) {
+  if (rs.outer > 1 || n <= 0 || ainc != 1 || (binc != 0 && binc != 1)) return false;
   const DF d;
+  // Two sources: c unused (a stands in, so that its first element can be read).
   const auto run = [&](auto f) {
-    return MapReduceWith(d, red, rs, dst, a, ainc, b, binc, n, out, f);
+    const auto g = [f](VF x, VF y, VF) DVM_INL { return f(x, y); };
+    Rows two = rs;
+    two.c = rs.a;
+    return binc ? MapReduceWith(d, red, two, dst, n, out, RowMap<true, false>(d, two, a, b, a, g))
+                : MapReduceWith(d, red, two, dst, n, out, RowMap<false, false>(d, two, a, b, a, g));
   };
   if (kind == 0) {
     switch (static_cast<BinaryOp>(op)) {
@@ -1174,6 +1189,11 @@ bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const
   if (kind == 1 && static_cast<UnaryOp>(op) == UnaryOp::kExp) {
     if (pre == 1) return run([d](VF x, VF y) DVM_INL { return ExpF(d, hn::Add(x, y)); });
     if (pre == 2) return run([d](VF x, VF y) DVM_INL { return ExpF(d, hn::Sub(x, y)); });
+  }
+  if (kind == 2 && cinc == 1) {  // softmax's scores * scale + mask
+    const auto f = [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); };
+    return binc ? MapReduceWith(d, red, rs, dst, n, out, RowMap<true, true>(d, rs, a, b, c, f))
+                : MapReduceWith(d, red, rs, dst, n, out, RowMap<false, true>(d, rs, a, b, c, f));
   }
   return false;
 }
@@ -1755,10 +1775,10 @@ void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64
   HWY_DYNAMIC_DISPATCH(TransposeF32)(dst, drs, src, scs, rows, cols);
 }
 bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
-                         const float* a, int ainc, const float* b, int binc, int64_t n,
-                         float* out) {
-  return HWY_DYNAMIC_DISPATCH(MapReduceF32)(kind, op, pre, red, rows, dst, a, ainc, b, binc, n,
-                                            out);
+                         const float* a, int ainc, const float* b, int binc, const float* c,
+                         int cinc, int64_t n, float* out) {
+  return HWY_DYNAMIC_DISPATCH(MapReduceF32)(kind, op, pre, red, rows, dst, a, ainc, b, binc, c,
+                                            cinc, n, out);
 }
 void reduce_row_i32(ReduceOp op, int32_t* acc, const int32_t* a, int ainc, int64_t n) {
   reduce_row_int<int32_t>(op, acc, a, ainc, n);

@@ -171,15 +171,16 @@ void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64
                    int64_t cols);
 
 // A map and the row reduction of its result in one pass: dst = y = a + b, a - b, a * b
-// (kind 0, op a BinaryOp) or exp(a + b) / exp(a - b) (kind 1, op UnaryOp::kExp, pre 1 / 2),
-// stored as binary_f32_rows / unary_pre_f32_rows store it, and out[r] = row r's sum (kRowSum),
-// max (kRowMax) or sum of squares (kRowSumSquares) of y, the same bits as reduce_row_f32_rows
-// (dot_row_f32_rows for squares) over the stored y, which is not read again. a contiguous
-// along its rows, b contiguous or one value per row. Returns false, having done nothing, for
-// other ops and operand forms.
+// (kind 0, op a BinaryOp), exp(a + b) / exp(a - b) (kind 1, op UnaryOp::kExp, pre 1 / 2) or
+// a * b + c (kind 2, c contiguous), stored as the map kernels store it, and out[r] = row r's
+// sum (kRowSum), max (kRowMax) or sum of squares (kRowSumSquares) of y, the same bits as
+// reduce_row_f32_rows (dot_row_f32_rows for squares) over the stored y, which is not read
+// again. a contiguous along its rows, b contiguous or one value per row; c (kind 2) with row
+// stride rows.c. Returns false, having done nothing, for other ops and operand forms.
 inline constexpr int kRowSum = 0, kRowMax = 1, kRowSumSquares = 2;
 bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
-                         const float* a, int ainc, const float* b, int binc, int64_t n, float* out);
+                         const float* a, int ainc, const float* b, int binc, const float* c,
+                         int cinc, int64_t n, float* out);
 
 // A product feeding an fma's factor in one pass: dst[i] = (a[i] * b[i]) * c[i] + e[i], the
 // same bits as the mul and the fma apart, the product never stored (layernorm's
