@@ -1003,32 +1003,33 @@ int fusable_pair(const Instr* body, int k, int i) {
   return is_reg(next.a, reg) ? 1 : 2;
 }
 
-// Is body[i] a plain mul whose chain-local result only body[i + 1], an fma, reads, as its
-// addend (and nothing later)?
-bool mul_feeds_fma_addend(const Instr* body, int k, int i) {
+// Is body[i] a plain mul into register *m whose result body[i + 1], an fma, may read, and
+// nothing after it (nor the fma's destination) does?
+bool mul_then_fma(const Instr* body, int k, int i, int* m) {
   if (i + 1 >= k) return false;
   const Instr& mul = body[i];
   const Instr& fma = body[i + 1];
   if (!bc::is_binary(mul.op) || bc::binary_of(mul.op) != BinaryOp::kMul || mul.flags != 0)
     return false;
   if (fma.op != bc::Opcode::kFma || mul.d.kind != OperandKind::kReg) return false;
-  const int m = mul.d.index;
-  return is_reg(fma.c, m) && !is_reg(fma.a, m) && !is_reg(fma.b, m) && !is_reg(fma.d, m) &&
-         !read_again(body, k, i + 2, m);
+  *m = mul.d.index;
+  return !is_reg(fma.d, *m) && !read_again(body, k, i + 2, *m);
 }
 
-// Is body[i] a plain mul whose chain-local result only body[i + 1], an fma, reads, as one
-// of its two factors (and nothing later)?
-bool mul_feeds_fma_factor(const Instr* body, int k, int i) {
-  if (i + 1 >= k) return false;
-  const Instr& mul = body[i];
+// Is body[i] such a mul whose result the fma reads as its addend only?
+bool mul_feeds_fma_addend(const Instr* body, int k, int i) {
+  int m = -1;
+  if (!mul_then_fma(body, k, i, &m)) return false;
   const Instr& fma = body[i + 1];
-  if (!bc::is_binary(mul.op) || bc::binary_of(mul.op) != BinaryOp::kMul || mul.flags != 0)
-    return false;
-  if (fma.op != bc::Opcode::kFma || mul.d.kind != OperandKind::kReg) return false;
-  const int m = mul.d.index;
-  return is_reg(fma.a, m) != is_reg(fma.b, m) && !is_reg(fma.c, m) && !is_reg(fma.d, m) &&
-         !read_again(body, k, i + 2, m);
+  return is_reg(fma.c, m) && !is_reg(fma.a, m) && !is_reg(fma.b, m);
+}
+
+// Is body[i] such a mul whose result the fma reads as one of its two factors only?
+bool mul_feeds_fma_factor(const Instr* body, int k, int i) {
+  int m = -1;
+  if (!mul_then_fma(body, k, i, &m)) return false;
+  const Instr& fma = body[i + 1];
+  return is_reg(fma.a, m) != is_reg(fma.b, m) && !is_reg(fma.c, m);
 }
 
 // Is body[i] a neg whose chain-local result only body[i + 1] reads, once, where body[i + 1]

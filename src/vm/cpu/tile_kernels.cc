@@ -603,6 +603,22 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
   }
 }
 
+// Calls run(f) with the vector op f of add, sub or mul (BinaryF32's commonest ops, and the
+// maps that pair with a row reduction); false, run not called, for other ops.
+template <class Run>
+HWY_INLINE bool WithAddSubMul(BinaryOp op, Run run) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return run([](VF x, VF y) { return hn::Add(x, y); }), true;
+    case BinaryOp::kSub:
+      return run([](VF x, VF y) { return hn::Sub(x, y); }), true;
+    case BinaryOp::kMul:
+      return run([](VF x, VF y) { return hn::Mul(x, y); }), true;
+    default:
+      return false;
+  }
+}
+
 void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
                int64_t n) {
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
@@ -611,13 +627,8 @@ void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const
     return;
   const DF d;
   const auto run = [&](auto f) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, f); };
+  if (WithAddSubMul(op, run)) return;
   switch (op) {
-    case BinaryOp::kAdd:
-      return run([](VF x, VF y) { return hn::Add(x, y); });
-    case BinaryOp::kSub:
-      return run([](VF x, VF y) { return hn::Sub(x, y); });
-    case BinaryOp::kMul:
-      return run([](VF x, VF y) { return hn::Mul(x, y); });
     case BinaryOp::kDiv:
       return run([](VF x, VF y) { return hn::Div(x, y); });
     case BinaryOp::kMaximum:
@@ -717,6 +728,33 @@ void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float
   WithActivation(d, op, run);  // fused_mul_supported(op): one of them
 }
 
+// Four sources over a 3-D block (Rows: a, b by rows.a/oa, rows.b/ob; the third by rows.c/oc,
+// the fourth by rows.e/oe): per row, row(dr, ar, br, cr, er) handles the columns it can (a
+// fast loop for the common increments) and returns how many; the rest pick each source per
+// vector (contiguous or broadcast) and go through f.
+template <class F, class Row>
+HWY_INLINE void Map4Rows(DF d, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
+                         int binc, const float* c, int cinc, const float* e, int einc, int64_t n,
+                         F f, Row row) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t k = 0; k < rs.outer; ++k) {
+    for (int64_t r = 0; r < rs.rows; ++r) {
+      float* dr = dst + k * rs.od + r * rs.d;
+      const float* ar = a + k * rs.oa + r * rs.a;
+      const float* br = b + k * rs.ob + r * rs.b;
+      const float* cr = c + k * rs.oc + r * rs.c;
+      const float* er = e + k * rs.oe + r * rs.e;
+      for (int64_t i = row(dr, ar, br, cr, er); i < n; i += N) {
+        const int64_t m = std::min(N, n - i);
+        const auto ld = [&](const float* s, int inc) {
+          return inc ? LoadTail(d, s + i, m) : hn::Set(d, s[0]);
+        };
+        StoreTail(f(ld(ar, ainc), ld(br, binc), ld(cr, cinc), ld(er, einc)), d, dr + i, m);
+      }
+    }
+  }
+}
+
 // The rows of a 2-D slice of MulAddRows with b and q the same for every row (rotary
 // embedding's cos and sin, broadcast over the heads) and kV full vectors a row: b and q are
 // loaded once per slice and stay in registers, so a row costs the loads of a and p only.
@@ -771,30 +809,16 @@ HWY_INLINE void MulAddRows(const Rows& rs, float* dst, const float* a, int ainc,
     }
     return;
   }
-  for (int64_t k = 0; k < rs.outer; ++k) {
-    for (int64_t r = 0; r < rs.rows; ++r) {
-      float* dr = dst + k * rs.od + r * rs.d;
-      const float* ar = a + k * rs.oa + r * rs.a;
-      const float* br = b + k * rs.ob + r * rs.b;
-      const float* pr = p + k * rs.oc + r * rs.c;
-      const float* qr = q + k * rs.oe + r * rs.e;
-      int64_t i = 0;
-      if (contiguous) {
-        for (; i + N <= n; i += N) {
-          hn::StoreU(f(hn::LoadU(d, ar + i), hn::LoadU(d, br + i), hn::LoadU(d, pr + i),
-                       hn::LoadU(d, qr + i)),
-                     d, dr + i);
-        }
-      }
-      for (; i < n; i += N) {
-        const int64_t m = std::min(N, n - i);
-        const auto ld = [&](const float* s, int inc) {
-          return inc ? LoadTail(d, s + i, m) : hn::Set(d, s[0]);
-        };
-        StoreTail(f(ld(ar, ainc), ld(br, binc), ld(pr, pinc), ld(qr, qinc)), d, dr + i, m);
-      }
-    }
-  }
+  Map4Rows(d, rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n, f,
+           [&](float* dr, const float* ar, const float* br, const float* pr, const float* qr) {
+             int64_t i = 0;
+             for (; contiguous && i + N <= n; i += N) {
+               hn::StoreU(f(hn::LoadU(d, ar + i), hn::LoadU(d, br + i), hn::LoadU(d, pr + i),
+                            hn::LoadU(d, qr + i)),
+                          d, dr + i);
+             }
+             return i;
+           });
 }
 
 // dst = (a * b) * c + e over a 3-D block: a product feeding an fma's factor (layernorm's
@@ -829,33 +853,19 @@ void FusedMulFmaF32(Rows rs, float* dst, const float* a, int ainc, const float* 
                     const float* c, int cinc, const float* e, int einc, int64_t n) {
   if (n <= 0) return;
   const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const bool fast = ainc == 1 && cinc == 1 && einc == 1 && (binc == 0 || binc == 1);
-  for (int64_t k = 0; k < rs.outer; ++k) {
-    for (int64_t r = 0; r < rs.rows; ++r) {
-      float* dr = dst + k * rs.od + r * rs.d;
-      const float* ar = a + k * rs.oa + r * rs.a;
-      const float* br = b + k * rs.ob + r * rs.b;
-      const float* cr = c + k * rs.oc + r * rs.c;
-      const float* er = e + k * rs.oe + r * rs.e;
-      if (fast) {
+  Map4Rows(
+      d, rs, dst, a, ainc, b, binc, c, cinc, e, einc, n,
+      [](VF x, VF y, VF z, VF w) DVM_INL { return hn::MulAdd(hn::Mul(x, y), z, w); },
+      [&](float* dr, const float* ar, const float* br, const float* cr, const float* er) {
+        if (!fast) return int64_t{0};
         if (binc) {
           MulFmaRow<true>(d, dr, ar, br, cr, er, n);
         } else {
           MulFmaRow<false>(d, dr, ar, br, cr, er, n);
         }
-        continue;
-      }
-      for (int64_t i = 0; i < n; i += N) {
-        const int64_t m = std::min(N, n - i);
-        const auto ld = [&](const float* p, int inc) {
-          return inc ? LoadTail(d, p + i, m) : hn::Set(d, p[0]);
-        };
-        StoreTail(hn::MulAdd(hn::Mul(ld(ar, ainc), ld(br, binc)), ld(cr, cinc), ld(er, einc)), d,
-                  dr + i, m);
-      }
-    }
-  }
+        return n;
+      });
 }
 
 void FusedMulAddF32(bool negate, Rows rs, float* dst, const float* a, int ainc, const float* b,
@@ -1175,16 +1185,9 @@ bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const
                 : MapReduceWith(d, red, two, dst, n, out, RowMap<false, false>(d, two, a, b, a, g));
   };
   if (kind == 0) {
-    switch (static_cast<BinaryOp>(op)) {
-      case BinaryOp::kAdd:
-        return run([](VF x, VF y) { return hn::Add(x, y); });
-      case BinaryOp::kSub:
-        return run([](VF x, VF y) { return hn::Sub(x, y); });
-      case BinaryOp::kMul:
-        return run([](VF x, VF y) { return hn::Mul(x, y); });
-      default:
-        return false;
-    }
+    bool done = false;
+    WithAddSubMul(static_cast<BinaryOp>(op), [&](auto f) { done = run(f); });
+    return done;
   }
   if (kind == 1 && static_cast<UnaryOp>(op) == UnaryOp::kExp) {
     if (pre == 1) return run([d](VF x, VF y) DVM_INL { return ExpF(d, hn::Add(x, y)); });
