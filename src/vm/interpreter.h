@@ -39,10 +39,10 @@ struct LoadedProgram {
   // Per Chain: 1 when no kernel call of the body reads or writes strip scratch (every
   // intermediate fused away): the body then runs over whole tiles, not strips.
   std::vector<char> chain_direct;
-  // Per top-level instruction: 1 or 2 when it is an f32 map whose result the instruction 1
-  // or 2 later (a fill of the accumulator between) reduces along the tile's columns (add,
-  // sub, mul, exp with a pre-op, fma): the
-  // pair runs as one cpu::map_reduce_f32_rows pass (the result is stored and not reloaded).
+  // Per top-level instruction: 1 or 2 when it is an f32 map (add, sub, mul, fma, exp with a
+  // pre-op) whose result the instruction 1 or 2 later (a fill of the accumulator between)
+  // reduces along the tile's columns: the pair runs as one cpu::map_reduce_f32_rows pass
+  // (the result is stored and not loaded again).
   std::vector<int8_t> map_reduce;
   // Per Loop: 1 if its body is only chains over memory and chain-local values; such a loop
   // runs each chain over all of a block's trips at once (3-D blocks, one call per strip).
