@@ -1179,6 +1179,31 @@ TEST(VmConcatSplit, RotaryMatchesReference) {
   }
 }
 
+// Rotary embedding at model head sizes, contiguous: cos and sin are the same for every head,
+// so rows of whole vectors keep them in registers across the heads (MulAddRowsShared, one to
+// four vectors a row); other sizes take the per-vector path.
+TEST(VmConcatSplit, RotaryHeadSizes) {
+  for (int64_t d : {32, 64, 128, 96, 40}) {
+    KernelBuilder kb("rotary_heads");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {S, 8, d});
+    Value c = kb.load("cos", DType::kF32, {S, 1, d});
+    Value sn = kb.load("sin", DType::kF32, {S, 1, d});
+    Value rot =
+        kb.concat({kb.unary(UnaryOp::kNeg, kb.slice(x, 2, d / 2, d)), kb.slice(x, 2, 0, d / 2)}, 2);
+    kb.store("y", kb.add(kb.mul(x, c), kb.mul(rot, sn)));
+    BUILD(kb, k);
+    std::mt19937 rng(56);
+    for (int64_t s : {1, 5, 300})
+      check(k,
+            {make_buffer(DType::kF32, {s, 8, d}, rng), make_buffer(DType::kF32, {s, 1, d}, rng),
+             make_buffer(DType::kF32, {s, 1, d}, rng)},
+            {.tol = Tol::kReduce,
+             .n = 2,
+             .what = "D=" + std::to_string(d) + " S=" + std::to_string(s)});
+  }
+}
+
 // Row reductions of values computed just before them run in the same chain (exp(x - max)
 // summed strip by strip without a pass through a register; x - max kept for after): log
 // softmax, a sum of squares of centred values, and a max and min of scaled values, over
