@@ -7,6 +7,7 @@
 #include <hwy/targets.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -1127,6 +1128,62 @@ TEST(TileKernels, TransposeF32) {
           const float want = c < cols ? src[c * scs + r] : -1.0f;  // padding untouched
           ASSERT_EQ(dst[r * drs + c], want) << rows << "x" << cols << " at " << r << "," << c;
         }
+      }
+    }
+  }
+}
+
+// Two fused mul-adds row by row in one pass: the same bits as the two calls apart, and
+// p * q + (+-a) * b by the spec; rotary-shaped blocks (b and q shared by the rows of a block,
+// 1 to 4 vectors wide), wider and tail rows and per-row b (the block-by-block fallback).
+TEST(TileKernels, FusedMulAddPair) {
+  std::mt19937 rng(91);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (int64_t n : {0, 7, 16, 20, 32, 48, 64, 80}) {
+    for (bool shared : {true, false}) {
+      const int64_t rows = 5, outer = 3, rs = 2 * n + 3, os = rows * rs + 1;
+      const int64_t bs = shared ? 0 : rs, bos = shared ? n + 1 : os;
+      const size_t size = static_cast<size_t>(outer * os + 2 * n + 8);
+      std::vector<float> src(size), b0(size), b1(size);
+      for (float& v : src) v = dist(rng);
+      for (float& v : b0) v = dist(rng);
+      for (float& v : b1) v = dist(rng);
+      // x: dst[0:n] = -src[n:2n] * b0 + src[0:n] * b1; y: dst[n:2n] = src[0:n] * b0' + ...
+      auto args = [&](bool x, float* dst) {
+        MulAddArgs m;
+        m.negate = x;
+        m.rows = Rows{rows, rs, rs, bs, rs};
+        m.rows.e = bs;
+        m.rows.outer = outer;
+        m.rows.od = m.rows.oa = m.rows.oc = os;
+        m.rows.ob = m.rows.oe = bos;
+        m.dst = dst + (x ? 0 : n);
+        m.a = src.data() + (x ? n : 0);
+        m.p = src.data() + (x ? 0 : n);
+        m.b = b0.data() + (x ? 0 : n);
+        m.q = b1.data() + (x ? 0 : n);
+        return m;
+      };
+      std::vector<float> pair(size, -9.0f), apart(size, -9.0f);
+      fused_mul_add_pair_f32_rows(args(true, pair.data()), args(false, pair.data()), n);
+      for (bool x : {true, false}) {
+        const MulAddArgs m = args(x, apart.data());
+        fused_mul_add_f32_rows(m.negate, m.rows, m.dst, m.a, 1, m.b, 1, m.p, 1, m.q, 1, n);
+      }
+      for (size_t i = 0; i < size; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(pair[i]), std::bit_cast<uint32_t>(apart[i]))
+            << "n=" << n << " shared=" << shared << " at " << i;
+      for (bool x : {true, false}) {
+        const MulAddArgs m = args(x, apart.data());
+        for (int64_t k = 0; k < outer; ++k)
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < n; ++c) {
+              const float a = m.a[k * os + r * rs + c], b = m.b[k * bos + r * bs + c];
+              const float want =
+                  std::fma(m.p[k * os + r * rs + c], m.q[k * bos + r * bs + c], (x ? -a : a) * b);
+              ASSERT_NEAR(m.dst[k * os + r * rs + c], want, 1e-5f)
+                  << "n=" << n << " shared=" << shared << " x=" << x;
+            }
       }
     }
   }

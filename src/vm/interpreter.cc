@@ -43,6 +43,22 @@ struct Frame {
   int64_t end;
 };
 
+// A Chain (see isa.def): the body runs strip by strip, kChainStrip columns of one row at a
+// time; chain-local registers live in per-strip scratch (L1), every other operand is read
+// or written in place. The verifier guarantees the strips see what whole-tile passes would.
+constexpr int64_t kChainStrip = 1024;
+
+// Memory the chains of a loop touch per batch of trips (exec_loop_of_chains): L1's size.
+constexpr int64_t kLoopBatchBytes = 32 * 1024;
+
+struct ChainOperand {
+  char* p;
+  int64_t rs, cs;
+  int64_t os;   // stride between trips of the loop the chain runs over (elements)
+  int scratch;  // >= 0: a chain-local register, held in this scratch strip
+  int es = 4;   // element bytes: f32, or a load's or store's f16/bf16 memory
+};
+
 class BlockRunner {
  public:
   BlockRunner(const LoadedProgram& lp, const LaunchArgs& args, char* regs)
@@ -75,7 +91,14 @@ class BlockRunner {
                         int64_t ak);
   void exec_reduce_dot(const Instr& in);
   bool exec_map_reduce(int32_t pc);
+  using ChainOps = ChainOperand[bc::kMaxChainBody][4];
+  void prepare_chain(int32_t pc, int axis, ChainOps& ops) const;
+  void run_chain(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips);
   void exec_chain(int32_t pc, int axis = -1, int64_t trips = 1);
+  cpu::MulAddArgs mul_add_args(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) const;
+  void run_chain_pair(int32_t pc, const ChainOps& a, const ChainOps& b, int64_t first,
+                      int64_t trips);
+  int32_t exec_chain_pair(int32_t pc);
   void exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
   int64_t cols_of(TileClass c) const { return bc::class_has_cols(c) ? active_cols_ : 1; }
@@ -449,19 +472,6 @@ int map_reduce_pair(const std::vector<Instr>& code, size_t pc) {
   return static_cast<int>(k - pc);
 }
 
-// A Chain (see isa.def): the body runs strip by strip, kChainStrip columns of one row at a
-// time; chain-local registers live in per-strip scratch (L1), every other operand is read
-// or written in place. The verifier guarantees the strips see what whole-tile passes would.
-constexpr int64_t kChainStrip = 1024;
-
-struct ChainOperand {
-  char* p;
-  int64_t rs, cs;
-  int64_t os;   // stride between trips of the loop the chain runs over (elements)
-  int scratch;  // >= 0: a chain-local register, held in this scratch strip
-  int es = 4;   // element bytes: f32, or a load's or store's f16/bf16 memory
-};
-
 // Fields a chain body instruction uses, d first: d, a (unary); d, a, b (binary, or a unary
 // with a pre-op); d, a, b, c (fma).
 int chain_fields(const Instr& in) {
@@ -492,16 +502,28 @@ bool read_again(const Instr* body, int k, int from, int reg) {
   return false;
 }
 
-// Runs the chain at `pc` for `trips` consecutive trips of loop axis `axis` (trips 1, axis -1:
-// once at the current position). Several trips form a 3-D block (cpu::Rows::outer) when a
-// trip's rows fit a strip: one kernel call covers several trips of a small tile.
-void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
+// The operands of a fused (neg,) mul, fma group at body[i] (kFuseMulFma, kFuseNegMulFma):
+// the product's factors *x (the neg's source when negated) and *y, and the fma's d, p, q.
+void mul_add_sources(const Instr* body, int i, bool neg, const ChainOperand (*ops)[4],
+                     const ChainOperand** x, const ChainOperand** y, const ChainOperand** fo) {
+  const int mi = neg ? i + 1 : i;
+  *fo = ops[mi + 1];  // the fma: d, p, q (its addend is the mul's)
+  *x = &ops[mi][1];   // the mul's factors
+  *y = &ops[mi][2];
+  if (neg) {  // the neg's source replaces the factor that is the neg's result
+    const bool neg_first = is_reg(body[mi].a, body[i].d.index);
+    *y = neg_first ? &ops[mi][2] : &ops[mi][1];
+    *x = &ops[i][1];
+  }
+}
+
+// Resolves the operands of the chain at `pc` at the current position: per body instruction
+// and field, the memory it reads or writes in place (with its stride between trips of loop
+// axis `axis`, -1: none) or the scratch strip of a chain-local register.
+void BlockRunner::prepare_chain(int32_t pc, int axis, ChainOps& ops) const {
   const Instr& head = lp_.instrs[pc];
   const int k = bc::chain_length(head.aux);
   const Instr* body = &lp_.instrs[pc + 1];
-  // Thread-local strips: a 28 KiB stack frame would be probed page by page on every call.
-  alignas(64) static thread_local float scratch[bc::kMaxChainBody - 1][kChainStrip];
-  ChainOperand ops[bc::kMaxChainBody][4];
   const int64_t loop_step = axis >= 0 ? p_.axes[axis].chunk : 0;
   for (int i = 0; i < k; ++i) {
     const Instr& in = body[i];
@@ -522,6 +544,78 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
       }
     }
   }
+}
+
+// Runs the chain at `pc` for `trips` consecutive trips of loop axis `axis` (trips 1, axis -1:
+// once at the current position). Several trips form a 3-D block (cpu::Rows::outer) when a
+// trip's rows fit a strip: one kernel call covers several trips of a small tile.
+void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
+  ChainOps ops;
+  prepare_chain(pc, axis, ops);
+  run_chain(pc, ops, 0, trips);
+}
+
+// The kernel call of the chain at `pc`, a direct (neg,) mul, fma group (LoadedProgram::
+// chain_pair), over trips [first, first + trips) from where `ops` were resolved.
+cpu::MulAddArgs BlockRunner::mul_add_args(int32_t pc, const ChainOps& ops, int64_t first,
+                                          int64_t trips) const {
+  const Instr* body = &lp_.instrs[pc + 1];
+  const bool neg = lp_.chain_fuse[pc + 1] == LoadedProgram::kFuseNegMulFma;
+  const ChainOperand *x, *y, *fo;
+  mul_add_sources(body, 0, neg, ops, &x, &y, &fo);
+  const auto at = [first](const ChainOperand& o) {
+    return reinterpret_cast<float*>(o.p + first * o.os * o.es);
+  };
+  cpu::MulAddArgs m;
+  m.negate = neg;
+  m.rows = cpu::Rows{rows_of(lp_.instrs[pc].cls), fo[0].rs, x->rs, y->rs, fo[1].rs};
+  m.rows.e = fo[2].rs;
+  m.rows.outer = trips;
+  m.rows.od = fo[0].os;
+  m.rows.oa = x->os;
+  m.rows.ob = y->os;
+  m.rows.oc = fo[1].os;
+  m.rows.oe = fo[2].os;
+  m.dst = at(fo[0]);
+  m.a = at(*x);
+  m.b = at(*y);
+  m.p = at(fo[1]);
+  m.q = at(fo[2]);
+  m.ainc = static_cast<int>(x->cs);
+  m.binc = static_cast<int>(y->cs);
+  m.pinc = static_cast<int>(fo[1].cs);
+  m.qinc = static_cast<int>(fo[2].cs);
+  return m;
+}
+
+// Two chains that LoadedProgram::chain_pair joins, row by row in one pass.
+void BlockRunner::run_chain_pair(int32_t pc, const ChainOps& a, const ChainOps& b, int64_t first,
+                                 int64_t trips) {
+  const int32_t next = pc + bc::chain_length(lp_.instrs[pc].aux) + 1;
+  cpu::fused_mul_add_pair_f32_rows(mul_add_args(pc, a, first, trips),
+                                   mul_add_args(next, b, first, trips),
+                                   cols_of(lp_.instrs[pc].cls));
+}
+
+// Runs the chain pair at `pc` once at the current position; returns the last body
+// instruction of the second chain.
+int32_t BlockRunner::exec_chain_pair(int32_t pc) {
+  const int32_t next = pc + bc::chain_length(lp_.instrs[pc].aux) + 1;
+  ChainOps a, b;
+  prepare_chain(pc, -1, a);
+  prepare_chain(next, -1, b);
+  run_chain_pair(pc, a, b, 0, 1);
+  return next + bc::chain_length(lp_.instrs[next].aux);
+}
+
+// Runs the chain at `pc` with operands `ops` (prepare_chain) for trips [first, first + trips)
+// counted from where they were resolved.
+void BlockRunner::run_chain(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) {
+  const Instr& head = lp_.instrs[pc];
+  const int k = bc::chain_length(head.aux);
+  const Instr* body = &lp_.instrs[pc + 1];
+  // Thread-local strips: a 28 KiB stack frame would be probed page by page on every call.
+  alignas(64) static thread_local float scratch[bc::kMaxChainBody - 1][kChainStrip];
   const int64_t rows = rows_of(head.cls), cols = cols_of(head.cls);
   // Short rows run in blocks of several rows per strip (one kernel call per block, scratch
   // rows back to back); rows longer than a strip run strip by strip. Whole trips join a
@@ -543,9 +637,9 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
       for (int64_t c0 = 0; c0 < cols; c0 += strip) {
         const int64_t n = std::min(strip, cols - c0);
         auto at = [&](const ChainOperand& o) {
-          return o.scratch >= 0
-                     ? scratch[o.scratch]
-                     : reinterpret_cast<float*>(o.p + (t * o.os + r * o.rs + c0 * o.cs) * o.es);
+          return o.scratch >= 0 ? scratch[o.scratch]
+                                : reinterpret_cast<float*>(
+                                      o.p + ((first + t) * o.os + r * o.rs + c0 * o.cs) * o.es);
         };
         auto inc = [](const ChainOperand& o) {
           return o.scratch >= 0 ? 1 : static_cast<int>(o.cs);
@@ -560,15 +654,8 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
             // neg? (x = -a), mul (m = x * b), fma (d = p * q + m): one pass
             const bool neg = fuse == LoadedProgram::kFuseNegMulFma;
             const int mi = neg ? i + 1 : i;
-            const Instr& mul = body[mi];
-            const ChainOperand* fo = ops[mi + 1];  // the fma: d, p, q (its addend is the mul's)
-            const ChainOperand* x = &ops[mi][1];   // the mul's factors
-            const ChainOperand* y = &ops[mi][2];
-            if (neg) {  // the neg's source replaces the factor that is the neg's result
-              const bool neg_first = is_reg(mul.a, body[i].d.index);
-              y = neg_first ? &ops[mi][2] : &ops[mi][1];
-              x = &ops[i][1];
-            }
+            const ChainOperand *x, *y, *fo;
+            mul_add_sources(body, i, neg, ops, &x, &y, &fo);
             cpu::Rows blk{nb, rs(fo[0]), rs(*x), rs(*y), rs(fo[1])};
             blk.e = rs(fo[2]);
             blk.outer = nt;
@@ -673,21 +760,48 @@ void BlockRunner::exec_chain(int32_t pc, int axis, int64_t trips) {
 // loop_of_chains): each chain runs over all of this block's trips at once. Chains read what
 // earlier chains of the same trip wrote only through memory, written already; trips write
 // disjoint memory.
-// The chains take turns by batches of trips that fill four strips (16 KiB), so that what one
-// chain reads the next finds in L1 (one strip per batch paid a chain's set-up per 1024
-// elements: 30% of rotary's time over [S, 8, 64]).
+// The chains take turns by batches of trips (LoadedProgram::loop_batch) whose memory fits
+// L1, so that what one chain reads the next finds there (rotary embedding's two halves both
+// read all of x). Operands are resolved once per block and stepped per batch: a batch of a
+// small tile costs about as much to set up as to run.
 void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
+  constexpr int kMaxPrepared = 4;
   const int axis = lp_.instrs[pc].aux;
   const int32_t stop = lp_.loop_end[pc];
-  const Instr& first = lp_.instrs[pc + 1];
-  const int64_t tile = rows_of(first.cls) * cols_of(first.cls);
-  const int64_t batch = tile > 0 ? std::max<int64_t>(1, 4 * kChainStrip / tile) : 1;
+  const int64_t batch = lp_.loop_batch[pc];
+  ChainOps ops[kMaxPrepared];
+  const int32_t second = pc + 2 + bc::chain_length(lp_.instrs[pc + 1].aux);
+  if (lp_.chain_pair[pc + 1] && second + bc::chain_length(lp_.instrs[second].aux) + 1 == stop) {
+    // The body is one chain pair: one pass does all trips.
+    set_axis(axis, begin);
+    prepare_chain(pc + 1, axis, ops[0]);
+    prepare_chain(second, axis, ops[1]);
+    run_chain_pair(pc + 1, ops[0], ops[1], 0, end - begin);
+    set_axis(axis, end - 1);
+    return;
+  }
+  int chains = 0;
+  set_axis(axis, begin);
+  for (int32_t c = pc + 1; c < stop; c += bc::chain_length(lp_.instrs[c].aux) + 1) {
+    if (chains == kMaxPrepared) {
+      chains = -1;
+      break;
+    }
+    prepare_chain(c, axis, ops[chains++]);
+  }
   for (int64_t t = begin; t < end; t += batch) {
-    for (int32_t c = pc + 1; c < stop; c += bc::chain_length(lp_.instrs[c].aux) + 1) {
-      set_axis(axis, t);
-      exec_chain(c, axis, std::min(batch, end - t));
+    const int64_t nt = std::min(batch, end - t);
+    int k = 0;
+    for (int32_t c = pc + 1; c < stop; c += bc::chain_length(lp_.instrs[c].aux) + 1, ++k) {
+      if (chains < 0) {  // many chains: resolved per batch
+        set_axis(axis, t);
+        exec_chain(c, axis, nt);
+      } else {
+        run_chain(c, ops[k], t - begin, nt);
+      }
     }
   }
+  set_axis(axis, begin + (end - 1 - begin) / batch * batch);  // where per-batch steps leave it
 }
 
 // The cached packed panels of a constant B (its slot has a version), from the tile's first
@@ -902,6 +1016,10 @@ void BlockRunner::run(int64_t block) {
         break;
       }
       case bc::Opcode::kChain:
+        if (lp_.chain_pair[pc]) {
+          pc = exec_chain_pair(pc);
+          break;
+        }
         exec_chain(pc);
         pc += bc::chain_length(in.aux);  // the body ran inside the chain
         break;
@@ -1147,6 +1265,70 @@ bool only_chains(const LoadedProgram& lp, size_t pc) {
   return true;
 }
 
+// Is the chain at `pc` one fused (neg,) mul, fma group over memory (no strips)?
+bool single_mul_add(const LoadedProgram& lp, size_t pc) {
+  const int k = bc::chain_length(lp.instrs[pc].aux);
+  const int8_t f = lp.chain_fuse[pc + 1];
+  return lp.chain_direct[pc] && ((f == LoadedProgram::kFuseMulFma && k == 2) ||
+                                 (f == LoadedProgram::kFuseNegMulFma && k == 3));
+}
+
+// Does a source of the chain at `pc` name the tensor slot or register that `w` writes?
+bool chain_reads(const LoadedProgram& lp, size_t pc, const Operand& w) {
+  for (size_t i = pc + 1; i <= pc + bc::chain_length(lp.instrs[pc].aux); ++i) {
+    const Instr& in = lp.instrs[i];
+    const Operand* src[3] = {&in.a, &in.b, &in.c};
+    for (int f = 1; f < chain_fields(in); ++f) {
+      const Operand& o = *src[f - 1];
+      if (o.kind != w.kind) continue;
+      if (o.kind == OperandKind::kReg && o.index == w.index) return true;
+      if (o.kind == OperandKind::kDesc &&
+          lp.program.descs[o.index].slot == lp.program.descs[w.index].slot)
+        return true;
+    }
+  }
+  return false;
+}
+
+// Can the chain at `pc` and the next instruction, a chain, run row by row in one pass
+// (cpu::fused_mul_add_pair_f32_rows)? Both are one direct (neg,) mul, fma group over the
+// same tile class, and neither reads what the other writes.
+bool chain_pair(const LoadedProgram& lp, size_t pc) {
+  const size_t next = pc + bc::chain_length(lp.instrs[pc].aux) + 1;
+  if (next >= lp.instrs.size() || lp.instrs[next].op != bc::Opcode::kChain) return false;
+  if (!single_mul_add(lp, pc) || !single_mul_add(lp, next)) return false;
+  if (lp.instrs[pc].cls != lp.instrs[next].cls) return false;
+  const Operand& wa = lp.instrs[pc + bc::chain_length(lp.instrs[pc].aux)].d;
+  const Operand& wb = lp.instrs[next + bc::chain_length(lp.instrs[next].aux)].d;
+  return !chain_reads(lp, next, wa) && !chain_reads(lp, pc, wb);
+}
+
+// Trips of the loop of chains at `pc` that its chains take in turns (exec_loop_of_chains):
+// as many as keep the memory one trip's chains touch (each descriptor once) within
+// kLoopBatchBytes, at least one.
+int64_t loop_batch(const LoadedProgram& lp, size_t pc) {
+  const bc::Program& prog = lp.program;
+  const int64_t rows = lp.row_axis >= 0 ? prog.axes[lp.row_axis].chunk : 1;
+  const int64_t cols = lp.col_axis >= 0 ? prog.axes[lp.col_axis].chunk : 1;
+  std::vector<char> seen(prog.descs.size(), 0);
+  int64_t bytes = 0;
+  const size_t stop = static_cast<size_t>(lp.loop_end[pc]);
+  for (size_t i = pc + 1; i < stop; ++i) {
+    const Instr& in = lp.instrs[i];
+    if (in.op == bc::Opcode::kChain) continue;
+    const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
+    for (int f = 0; f < chain_fields(in); ++f) {
+      if (field[f]->kind != OperandKind::kDesc || seen[field[f]->index]) continue;
+      seen[field[f]->index] = 1;
+      const bc::Descriptor& d = prog.descs[field[f]->index];
+      const int64_t r = lp.row_axis >= 0 && d.stride[lp.row_axis] != 0 ? rows : 1;
+      const int64_t c = lp.col_axis >= 0 && d.stride[lp.col_axis] != 0 ? cols : 1;
+      bytes += r * c * dtype_size(d.dtype);
+    }
+  }
+  return std::max<int64_t>(1, kLoopBatchBytes / std::max<int64_t>(1, bytes));
+}
+
 std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   auto lp = std::make_shared<LoadedProgram>();
   lp->program = std::move(p);
@@ -1171,6 +1353,15 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   lp->chain_direct.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i)
     if (lp->instrs[i].op == bc::Opcode::kChain) plan_chain(lp.get(), i);
+  lp->chain_pair.assign(prog.num_instrs(), 0);
+  for (size_t i = 0; i < prog.num_instrs(); ++i) {
+    if (lp->instrs[i].op != bc::Opcode::kChain) continue;
+    if (chain_pair(*lp, i)) {
+      lp->chain_pair[i] = 1;
+      i += bc::chain_length(lp->instrs[i].aux) + 1;  // the second chain pairs with nothing else
+    }
+    i += bc::chain_length(lp->instrs[i].aux);
+  }
   lp->map_reduce.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i) {
     if (lp->instrs[i].op == bc::Opcode::kChain) {
@@ -1179,19 +1370,25 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
     }
     lp->map_reduce[i] = static_cast<int8_t>(map_reduce_pair(lp->instrs, i));
   }
+  for (size_t a = 0; a < prog.axes.size(); ++a) {
+    if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
+    if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
+  }
   lp->loop_of_chains.assign(prog.num_instrs(), 0);
-  for (size_t i = 0; i < prog.num_instrs(); ++i)
-    if (lp->instrs[i].op == bc::Opcode::kLoop) lp->loop_of_chains[i] = only_chains(*lp, i);
+  lp->loop_batch.assign(prog.num_instrs(), 1);
+  for (size_t i = 0; i < prog.num_instrs(); ++i) {
+    if (lp->instrs[i].op != bc::Opcode::kLoop) continue;
+    // Trips of a tile axis change the active rows or columns: not batched.
+    const bool tile_axis = prog.axes[lp->instrs[i].aux].tile != bc::AxisTile::kNone;
+    lp->loop_of_chains[i] = !tile_axis && only_chains(*lp, i);
+    if (lp->loop_of_chains[i]) lp->loop_batch[i] = loop_batch(*lp, i);
+  }
   for (const bc::Axis& ax : prog.axes) {
     if (ax.iter != bc::AxisIter::kLoop) continue;
     int64_t trips = ax.trips();
     if (ax.split_by >= 0) trips /= std::max<int64_t>(1, prog.axes[ax.split_by].extent);
     lp->trips_per_block = std::min<int64_t>(lp->trips_per_block, int64_t{1} << 31) *
                           std::min<int64_t>(std::max<int64_t>(1, trips), int64_t{1} << 31);
-  }
-  for (size_t a = 0; a < prog.axes.size(); ++a) {
-    if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
-    if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
   }
   return lp;
 }

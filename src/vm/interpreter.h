@@ -39,6 +39,10 @@ struct LoadedProgram {
   // Per Chain: 1 when no kernel call of the body reads or writes strip scratch (every
   // intermediate fused away): the body then runs over whole tiles, not strips.
   std::vector<char> chain_direct;
+  // Per Chain: 1 when it and the next chain, each one (neg,) mul, fma group over memory,
+  // run row by row in one pass (cpu::fused_mul_add_pair_f32_rows; rotary embedding's
+  // halves), neither reading what the other writes.
+  std::vector<char> chain_pair;
   // Per top-level instruction: 1 or 2 when it is an f32 map (add, sub, mul, fma, exp with a
   // pre-op) whose result the instruction 1 or 2 later (a fill of the accumulator between)
   // reduces along the tile's columns: the pair runs as one cpu::map_reduce_f32_rows pass
@@ -47,6 +51,8 @@ struct LoadedProgram {
   // Per Loop: 1 if its body is only chains over memory and chain-local values; such a loop
   // runs each chain over all of a block's trips at once (3-D blocks, one call per strip).
   std::vector<char> loop_of_chains;
+  // Per loop of chains: the trips its chains take in turns, sized for L1.
+  std::vector<int64_t> loop_batch;
 };
 
 // Decodes a verified program for the interpreter (loop pairs, tile axes, work estimate).

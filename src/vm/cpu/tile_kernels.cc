@@ -875,6 +875,96 @@ void FusedMulAddF32(bool negate, Rows rs, float* dst, const float* a, int ainc, 
   MulAddRows<false>(rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
 }
 
+// Two MulAddRowsShared bodies row by row: x's row, then y's, their shared rows of b and q
+// in registers (4 * kV of them).
+template <int kV, class FX, class FY>
+HWY_INLINE void MulAddPairShared(DF d, const MulAddArgs& x, const MulAddArgs& y, int64_t k, FX fx,
+                                 FY fy) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const Rows &rx = x.rows, &ry = y.rows;
+  VF xb[kV], xq[kV], yb[kV], yq[kV];
+  for (int v = 0; v < kV; ++v) {
+    xb[v] = hn::LoadU(d, x.b + k * rx.ob + v * N);
+    xq[v] = hn::LoadU(d, x.q + k * rx.oe + v * N);
+    yb[v] = hn::LoadU(d, y.b + k * ry.ob + v * N);
+    yq[v] = hn::LoadU(d, y.q + k * ry.oe + v * N);
+  }
+  float *xd = x.dst + k * rx.od, *yd = y.dst + k * ry.od;
+  const float *xa = x.a + k * rx.oa, *xp = x.p + k * rx.oc;
+  const float *ya = y.a + k * ry.oa, *yp = y.p + k * ry.oc;
+  for (int64_t r = rx.rows; r > 0; --r) {
+    for (int v = 0; v < kV; ++v)
+      hn::StoreU(fx(hn::LoadU(d, xa + v * N), xb[v], hn::LoadU(d, xp + v * N), xq[v]), d,
+                 xd + v * N);
+    for (int v = 0; v < kV; ++v)
+      hn::StoreU(fy(hn::LoadU(d, ya + v * N), yb[v], hn::LoadU(d, yp + v * N), yq[v]), d,
+                 yd + v * N);
+    xd += rx.d, xa += rx.a, xp += rx.c;
+    yd += ry.d, ya += ry.a, yp += ry.c;
+  }
+}
+
+template <bool kNegX, bool kNegY>
+HWY_INLINE void MulAddPair(const MulAddArgs& x, const MulAddArgs& y, int64_t n) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto fx = [](VF a, VF b, VF p, VF q)
+                      DVM_INL { return hn::MulAdd(p, q, hn::Mul(kNegX ? hn::Neg(a) : a, b)); };
+  const auto fy = [](VF a, VF b, VF p, VF q)
+                      DVM_INL { return hn::MulAdd(p, q, hn::Mul(kNegY ? hn::Neg(a) : a, b)); };
+  for (int64_t k = 0; k < x.rows.outer; ++k) {
+    switch (n / N) {
+      case 1:
+        MulAddPairShared<1>(d, x, y, k, fx, fy);
+        break;
+      case 2:
+        MulAddPairShared<2>(d, x, y, k, fx, fy);
+        break;
+      case 3:
+        MulAddPairShared<3>(d, x, y, k, fx, fy);
+        break;
+      default:
+        MulAddPairShared<4>(d, x, y, k, fx, fy);
+        break;
+    }
+  }
+}
+
+// Rows of one block (outer index k) of a MulAddArgs, as a one-block call.
+MulAddArgs BlockOf(const MulAddArgs& m, int64_t k) {
+  MulAddArgs one = m;
+  one.rows.outer = 1;
+  one.dst += k * m.rows.od;
+  one.a += k * m.rows.oa;
+  one.b += k * m.rows.ob;
+  one.p += k * m.rows.oc;
+  one.q += k * m.rows.oe;
+  return one;
+}
+
+void FusedMulAddPairF32(const MulAddArgs& x, const MulAddArgs& y, int64_t n) {
+  if (n <= 0) return;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const auto shared = [n, N](const MulAddArgs& m) {
+    return m.ainc && m.binc && m.pinc && m.qinc && m.rows.b == 0 && m.rows.e == 0 && n % N == 0 &&
+           n <= 4 * N;
+  };
+  if (!shared(x) || !shared(y)) {  // block by block, x's block then y's
+    for (int64_t k = 0; k < x.rows.outer; ++k) {
+      const MulAddArgs xk = BlockOf(x, k), yk = BlockOf(y, k);
+      FusedMulAddF32(xk.negate, xk.rows, xk.dst, xk.a, xk.ainc, xk.b, xk.binc, xk.p, xk.pinc, xk.q,
+                     xk.qinc, n);
+      FusedMulAddF32(yk.negate, yk.rows, yk.dst, yk.a, yk.ainc, yk.b, yk.binc, yk.p, yk.pinc, yk.q,
+                     yk.qinc, n);
+    }
+    return;
+  }
+  if (x.negate) {
+    return y.negate ? MulAddPair<true, true>(x, y, n) : MulAddPair<true, false>(x, y, n);
+  }
+  return y.negate ? MulAddPair<false, true>(x, y, n) : MulAddPair<false, false>(x, y, n);
+}
+
 // Float != is unordered (NaN != x is true), so it is computed as !(x == y).
 void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
                 int64_t n) {
@@ -1397,6 +1487,7 @@ namespace dvm::vm::cpu {
 using namespace dvm::ops;  // NOLINT
 
 HWY_EXPORT(UnaryF32);
+HWY_EXPORT(FusedMulAddPairF32);
 HWY_EXPORT(UnaryPreF32);
 HWY_EXPORT(PredicateF32);
 HWY_EXPORT(BinaryF32);
@@ -1890,6 +1981,10 @@ void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const flo
                             int qinc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(FusedMulAddF32)
   (negate, rows, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
+}
+
+void fused_mul_add_pair_f32_rows(const MulAddArgs& x, const MulAddArgs& y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(FusedMulAddPairF32)(x, y, n);
 }
 
 const char* simd_target_name() {

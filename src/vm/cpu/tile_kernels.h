@@ -165,6 +165,21 @@ void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const flo
                             const float* b, int binc, const float* p, int pinc, const float* q,
                             int qinc, int64_t n);
 
+// The operands of one fused_mul_add_f32_rows call.
+struct MulAddArgs {
+  bool negate = false;
+  Rows rows;
+  float* dst = nullptr;
+  const float *a = nullptr, *b = nullptr, *p = nullptr, *q = nullptr;
+  int ainc = 1, binc = 1, pinc = 1, qinc = 1;
+};
+
+// Two fused_mul_add_f32_rows calls of equal rows, blocks (rows.outer) and n, row by row in
+// one pass: x's row, then y's (rotary embedding's two halves, a complex product's real and
+// imaginary parts, both reading the same rows). The same bits as the two calls apart when
+// neither reads what the other writes.
+void fused_mul_add_pair_f32_rows(const MulAddArgs& x, const MulAddArgs& y, int64_t n);
+
 // dst[r * drs + c] = src[c * scs + r], r < rows, c < cols (f32): a transposed copy, in
 // register blocks where the target allows.
 void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
