@@ -1010,6 +1010,26 @@ TEST(TileKernels, AccumulateF32) {
   }
 }
 
+// Blocks of rows into one accumulator row (a column reduction's trip), in row order: the
+// same bits as combining row after row, across the row groups the kernel walks.
+TEST(TileKernels, AccumulateF32Rows) {
+  for (int64_t rows : {1, 7, 8, 9, 17, 64}) {
+    for (int64_t n : {1, 17, 64, 100}) {
+      const int64_t rs = n + 3;
+      const auto a = random_floats(rows * rs, 103);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        std::vector<float> acc = random_floats(n + 1, 104), want = acc;
+        accumulate_f32_rows(op, Rows{rows, 0, rs}, acc.data(), a.data(), 1, n);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t i = 0; i < n; ++i) want[i] = reduce_combine_f32(op, want[i], a[r * rs + i]);
+        for (int64_t i = 0; i <= n; ++i)
+          ASSERT_TRUE(same_float(acc[i], want[i]))
+              << reduce_op_name(op) << " rows=" << rows << " n=" << n << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(TileKernels, FillIdentity) {
   float f[5];
   int32_t i[5];

@@ -650,6 +650,27 @@ void Emitter::grow_streaming_tile() {
   }
 }
 
+// A loop that reduces the tile's rows chunk by chunk (a column sum: acc.col += x) keeps no
+// tile in a register when every register operand is a column or a scalar: its row chunk
+// costs no cache, only a dispatch per trip (acc loaded and stored per chunk). Such chunks
+// grow up to 16x.
+void Emitter::grow_reduced_rows() {
+  if (!L_.loop_mode || L_.row < 0 || !L_.axes[L_.row].reduced) return;
+  bc::Axis& row = L_.bc_axes[L_.row];
+  if (row.iter != bc::AxisIter::kLoop || row.split_by >= 0) return;
+  for (bc::Instr& in : code_) {
+    const int used = used_fields(in);
+    for (int k = 0; k < 4; ++k) {
+      const Operand* o = field(in, k);
+      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg &&
+          (o->cls == bc::TileClass::kFull || o->cls == bc::TileClass::kRow))
+        return;
+    }
+  }
+  const int64_t cols = round16(L_.bc_axes[L_.col].chunk);
+  while (2 * row.chunk <= row.extent && 2 * row.chunk * cols <= 16 * kTileElems) row.chunk *= 2;
+}
+
 // A tile much smaller than kTileElems (the rows of a [B, H, S, D] operand whose outer axes do
 // not fold, say 8 x 32 elements) pays a block's dispatch for little work. Then the innermost
 // outer grid axis is walked by a loop inside the block instead, its trips shared out between
@@ -786,6 +807,7 @@ Status Emitter::emit() {
   DVM_RETURN_IF_ERROR(allocate_registers());
   if (!st_.has_matmul) fit_tile_to_cache();
   grow_streaming_tile();
+  grow_reduced_rows();
   prog_.axes = L_.bc_axes;
   const bc::Axis& col = prog_.axes[L_.col];
   int64_t row_chunk = L_.row >= 0 ? prog_.axes[L_.row].chunk : 1;

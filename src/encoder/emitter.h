@@ -65,6 +65,7 @@ class Emitter {
   void chain_peephole();
   void fit_tile_to_cache();
   void grow_streaming_tile();
+  void grow_reduced_rows();
   void loop_outer_axis();
   Status allocate_registers();
 

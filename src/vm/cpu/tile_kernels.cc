@@ -1295,7 +1295,26 @@ bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const
 // stride rs.a). The accumulator stays in registers across the rows (four vectors at a time):
 // one load and store of it per block instead of per row; the same order, so the same bits.
 template <class F>
+HWY_INLINE void AccumulateRowGroup(DF d, const Rows& rs, float* acc, const float* a, int64_t n,
+                                   F f);
+
+// Many rows go in groups of kAccumulateGroup, each group over all columns: the rows stream
+// through L1 in memory order (a column block over all rows would walk them 4 KiB apart), and
+// acc is loaded and stored once per group. Rows combine into acc in row order either way.
+constexpr int64_t kAccumulateGroup = 8;
+
+template <class F>
 HWY_INLINE void AccumulateRows(DF d, const Rows& rs, float* acc, const float* a, int64_t n, F f) {
+  for (int64_t r = 0; r < rs.rows; r += kAccumulateGroup) {
+    Rows g = rs;
+    g.rows = std::min(kAccumulateGroup, rs.rows - r);
+    AccumulateRowGroup(d, g, acc, a + r * rs.a, n, f);
+  }
+}
+
+template <class F>
+HWY_INLINE void AccumulateRowGroup(DF d, const Rows& rs, float* acc, const float* a, int64_t n,
+                                   F f) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
