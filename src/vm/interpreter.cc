@@ -62,7 +62,7 @@ struct ChainOperand {
 class BlockRunner {
  public:
   BlockRunner(const LoadedProgram& lp, const LaunchArgs& args, char* regs)
-      : lp_(lp), p_(lp.program), args_(args), regs_(regs) {}
+      : lp_(lp), p_(lp.program), args_(args), regs_(regs), desc_off_(lp.desc_offset) {}
 
   void run(int64_t block);
 
@@ -108,6 +108,9 @@ class BlockRunner {
   const LaunchArgs& args_;
   char* regs_;
   int64_t ivar_[bc::kMaxAxes] = {};
+  // Per descriptor: the byte offset of its element at the current position (ivar_), kept by
+  // set_axis, so that resolving an operand is a lookup.
+  std::vector<int64_t> desc_off_;
   int64_t active_rows_ = 1;
   int64_t active_cols_ = 1;
   // The constant B this runner's tiles last multiplied by (one lookup per launch and thread).
@@ -119,7 +122,13 @@ class BlockRunner {
 void BlockRunner::set_axis(int axis, int64_t trip) {
   const bc::Axis& ax = p_.axes[axis];
   int64_t start = trip * ax.chunk;
+  const int64_t delta = start - ivar_[axis];
   ivar_[axis] = start;
+  if (delta != 0) {  // every descriptor's position follows (resolve reads it)
+    const int64_t* step = lp_.desc_step.data() + axis;
+    const size_t na = p_.axes.size();
+    for (size_t i = 0; i < desc_off_.size(); ++i) desc_off_[i] += delta * step[i * na];
+  }
   int64_t active = std::min(ax.chunk, ax.extent - start);
   if (ax.tile == bc::AxisTile::kRow) active_rows_ = active;
   if (ax.tile == bc::AxisTile::kCol) active_cols_ = active;
@@ -142,12 +151,8 @@ Ref BlockRunner::resolve(const Operand& o, CType t) const {
       return Ref{base, 0, 0};
     }
     case OperandKind::kDesc: {
-      const bc::Descriptor& d = p_.descs[o.index];
-      int64_t off = d.offset;
-      for (size_t a = 0; a < p_.axes.size(); ++a) off += ivar_[a] * d.stride[a];
-      char* base = static_cast<char*>(args_.slots[d.slot]) + off * dtype_size(d.dtype);
-      int64_t rs = lp_.row_axis >= 0 ? d.stride[lp_.row_axis] : 0;
-      int64_t cs = lp_.col_axis >= 0 ? d.stride[lp_.col_axis] : 0;
+      char* base = static_cast<char*>(args_.slots[p_.descs[o.index].slot]) + desc_off_[o.index];
+      const int64_t rs = lp_.desc_rs[o.index], cs = lp_.desc_cs[o.index];
       return Ref{base, rs, cs};
     }
     case OperandKind::kConst:
@@ -975,6 +980,7 @@ void BlockRunner::exec_argreduce(const Instr& in) {
 void BlockRunner::run(int64_t block) {
   // Decode the block id into one chunk per grid axis (first grid axis slowest).
   std::fill(std::begin(ivar_), std::end(ivar_), 0);
+  std::copy(lp_.desc_offset.begin(), lp_.desc_offset.end(), desc_off_.begin());
   active_rows_ = active_cols_ = 1;
   for (int a = static_cast<int>(p_.axes.size()) - 1; a >= 0; --a) {
     const bc::Axis& ax = p_.axes[a];
@@ -1373,6 +1379,14 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   for (size_t a = 0; a < prog.axes.size(); ++a) {
     if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
     if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
+  }
+  const size_t na = prog.axes.size();
+  for (const bc::Descriptor& d : prog.descs) {
+    const int64_t es = dtype_size(d.dtype);
+    lp->desc_offset.push_back(d.offset * es);
+    for (size_t a = 0; a < na; ++a) lp->desc_step.push_back(d.stride[a] * es);
+    lp->desc_rs.push_back(lp->row_axis >= 0 ? d.stride[lp->row_axis] : 0);
+    lp->desc_cs.push_back(lp->col_axis >= 0 ? d.stride[lp->col_axis] : 0);
   }
   lp->loop_of_chains.assign(prog.num_instrs(), 0);
   lp->loop_batch.assign(prog.num_instrs(), 1);

@@ -18,6 +18,9 @@ struct LoadedProgram {
   std::vector<int32_t> loop_end;  // for each Loop: index of its EndLoop (and vice versa)
   int row_axis = -1;
   int col_axis = -1;
+  // Per descriptor: its offset in bytes, its byte step per unit of each axis index
+  // (desc_step[d * axes + a]), and its element strides along the tile's rows and columns.
+  std::vector<int64_t> desc_offset, desc_step, desc_rs, desc_cs;
   // Work per register element, relative to an elementwise op: the contraction length of the
   // program's matmuls (a small matmul output can still be a lot of work for the threads).
   int64_t work_per_elem = 1;
