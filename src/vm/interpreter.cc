@@ -56,13 +56,18 @@ struct ChainOperand {
   int64_t rs, cs;
   int64_t os;   // stride between trips of the loop the chain runs over (elements)
   int scratch;  // >= 0: a chain-local register, held in this scratch strip
-  int es = 4;   // element bytes: f32, or a load's or store's f16/bf16 memory
+  int es;       // element bytes: f32, or a load's or store's f16/bf16 memory
 };
 
 class BlockRunner {
  public:
   BlockRunner(const LoadedProgram& lp, const LaunchArgs& args, char* regs)
-      : lp_(lp), p_(lp.program), args_(args), regs_(regs), desc_off_(lp.desc_offset) {}
+      : lp_(lp),
+        p_(lp.program),
+        args_(args),
+        regs_(regs),
+        reg_bytes_(lp.program.reg_elems * kRegElemBytes),
+        desc_off_(lp.desc_offset) {}
 
   void run(int64_t block);
 
@@ -107,6 +112,7 @@ class BlockRunner {
   const bc::Program& p_;
   const LaunchArgs& args_;
   char* regs_;
+  int64_t reg_bytes_;  // bytes between tile registers
   int64_t ivar_[bc::kMaxAxes] = {};
   // Per descriptor: the byte offset of its element at the current position (ivar_), kept by
   // set_axis, so that resolving an operand is a lookup.
@@ -134,38 +140,32 @@ void BlockRunner::set_axis(int axis, int64_t trip) {
   if (ax.tile == bc::AxisTile::kCol) active_cols_ = active;
 }
 
-Ref BlockRunner::resolve(const Operand& o, CType t) const {
-  switch (o.kind) {
-    case OperandKind::kReg: {
-      char* base = regs_ + static_cast<int64_t>(o.index) * p_.reg_elems * kRegElemBytes;
-      switch (o.cls) {
-        case TileClass::kFull:
-          return Ref{base, p_.reg_row_stride, 1};
-        case TileClass::kRow:
-          return Ref{base, 1, 0};
-        case TileClass::kCol:
-          return Ref{base, 0, 1};
-        case TileClass::kScalar:
-          return Ref{base, 0, 0};
-      }
-      return Ref{base, 0, 0};
-    }
-    case OperandKind::kDesc: {
-      char* base = static_cast<char*>(args_.slots[p_.descs[o.index].slot]) + desc_off_[o.index];
-      const int64_t rs = lp_.desc_rs[o.index], cs = lp_.desc_cs[o.index];
-      return Ref{base, rs, cs};
-    }
-    case OperandKind::kConst:
-    case OperandKind::kParam: {
-      const bc::Constant& c =
-          o.kind == OperandKind::kConst ? p_.consts[o.index] : args_.params[o.index];
-      const void* v = t == CType::kF32   ? static_cast<const void*>(&c.f32)
-                      : t == CType::kI32 ? static_cast<const void*>(&c.i32)
-                                         : static_cast<const void*>(&c.i64);
-      return Ref{const_cast<char*>(static_cast<const char*>(v)), 0, 0};
-    }
+// Inline: every instruction resolves two to four operands, most of them memory.
+inline Ref BlockRunner::resolve(const Operand& o, CType t) const {
+  if (o.kind == OperandKind::kDesc) {
+    return Ref{static_cast<char*>(args_.slots[lp_.desc_slot[o.index]]) + desc_off_[o.index],
+               lp_.desc_rs[o.index], lp_.desc_cs[o.index]};
   }
-  return Ref{nullptr, 0, 0};
+  if (o.kind == OperandKind::kReg) {
+    char* base = regs_ + static_cast<int64_t>(o.index) * reg_bytes_;
+    switch (o.cls) {
+      case TileClass::kFull:
+        return Ref{base, p_.reg_row_stride, 1};
+      case TileClass::kRow:
+        return Ref{base, 1, 0};
+      case TileClass::kCol:
+        return Ref{base, 0, 1};
+      case TileClass::kScalar:
+        return Ref{base, 0, 0};
+    }
+    return Ref{base, 0, 0};
+  }
+  const bc::Constant& c =
+      o.kind == OperandKind::kConst ? p_.consts[o.index] : args_.params[o.index];
+  const void* v = t == CType::kF32   ? static_cast<const void*>(&c.f32)
+                  : t == CType::kI32 ? static_cast<const void*>(&c.i32)
+                                     : static_cast<const void*>(&c.i64);
+  return Ref{const_cast<char*>(static_cast<const char*>(v)), 0, 0};
 }
 
 // op(A + B) / op(A - B): the pre-op flag folds a preceding add/sub into the unary's pass.
@@ -535,16 +535,16 @@ void BlockRunner::prepare_chain(int32_t pc, int axis, ChainOps& ops) const {
     const std::array<int8_t, 4>& slot = lp_.chain_slot[pc + 1 + i];
     const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
     const int used = chain_fields(in);
-    for (int f = used; f < 4; ++f) ops[i][f] = ChainOperand{nullptr, 0, 0, 0, -1};
+    for (int f = used; f < 4; ++f) ops[i][f] = ChainOperand{nullptr, 0, 0, 0, -1, 4};
     for (int f = 0; f < used; ++f) {
       if (slot[f] >= 0) {
-        ops[i][f] = ChainOperand{nullptr, 0, 1, 0, slot[f]};
+        ops[i][f] = ChainOperand{nullptr, 0, 1, 0, slot[f], 4};
       } else {
         const Ref r = resolve(*field[f], CType::kF32);
         const bool desc = field[f]->kind == OperandKind::kDesc;
         const int64_t os =
             axis >= 0 && desc ? p_.descs[field[f]->index].stride[axis] * loop_step : 0;
-        const int es = desc ? dtype_size(p_.descs[field[f]->index].dtype) : 4;
+        const int es = desc ? lp_.desc_es[field[f]->index] : 4;
         ops[i][f] = ChainOperand{r.p, r.rs, r.cs, os, -1, es};
       }
     }
@@ -1384,6 +1384,8 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   for (const bc::Descriptor& d : prog.descs) {
     const int64_t es = dtype_size(d.dtype);
     lp->desc_offset.push_back(d.offset * es);
+    lp->desc_slot.push_back(d.slot);
+    lp->desc_es.push_back(static_cast<int>(es));
     for (size_t a = 0; a < na; ++a) lp->desc_step.push_back(d.stride[a] * es);
     lp->desc_rs.push_back(lp->row_axis >= 0 ? d.stride[lp->row_axis] : 0);
     lp->desc_cs.push_back(lp->col_axis >= 0 ? d.stride[lp->col_axis] : 0);

@@ -21,6 +21,7 @@ struct LoadedProgram {
   // Per descriptor: its offset in bytes, its byte step per unit of each axis index
   // (desc_step[d * axes + a]), and its element strides along the tile's rows and columns.
   std::vector<int64_t> desc_offset, desc_step, desc_rs, desc_cs;
+  std::vector<int> desc_slot, desc_es;  // its argument slot and element bytes
   // Work per register element, relative to an elementwise op: the contraction length of the
   // program's matmuls (a small matmul output can still be a lot of work for the threads).
   int64_t work_per_elem = 1;
