@@ -10,17 +10,40 @@ namespace dvm::runtime {
 
 namespace {
 
-std::vector<int64_t> strides_of(const TensorArg& t) {
-  if (!t.strides.empty()) return t.strides;
-  std::vector<int64_t> s(t.shape.size(), 1);
-  for (int i = static_cast<int>(t.shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * t.shape[i + 1];
-  return s;
-}
+// A view's strides, its own or the contiguous ones, without allocating for the common ranks
+// (these checks run on every call).
+class Strides {
+ public:
+  explicit Strides(const TensorArg& t) {
+    if (!t.strides.empty()) {
+      data_ = t.strides.data();
+      return;
+    }
+    const size_t r = t.shape.size();
+    int64_t* s = buf_;
+    if (r > kMaxRank) {
+      heap_.resize(r);
+      s = heap_.data();
+    }
+    int64_t acc = 1;
+    for (size_t i = r; i-- > 0;) {
+      s[i] = acc;
+      acc *= t.shape[i];
+    }
+    data_ = s;
+  }
+  int64_t operator[](size_t i) const { return data_[i]; }
+
+ private:
+  int64_t buf_[kMaxRank];
+  std::vector<int64_t> heap_;
+  const int64_t* data_;
+};
 
 // Byte range [lo, hi) a view touches; empty views touch nothing.
 std::pair<uintptr_t, uintptr_t> byte_span(const TensorArg& t) {
   int64_t lo = t.offset, hi = t.offset, n = 1;
-  std::vector<int64_t> strides = strides_of(t);
+  const Strides strides(t);
   for (size_t i = 0; i < t.shape.size(); ++i) {
     n *= t.shape[i];
     if (t.shape[i] == 0) continue;
@@ -36,24 +59,35 @@ std::pair<uintptr_t, uintptr_t> byte_span(const TensorArg& t) {
 // Sufficient test that no two indices of a view address one element: with the dims of extent
 // > 1 ordered by |stride|, each stride must step past everything the smaller ones reach.
 bool self_overlaps(const TensorArg& t) {
-  std::vector<int64_t> strides = strides_of(t);
-  std::vector<std::pair<int64_t, int64_t>> dims;  // |stride|, extent
+  const Strides strides(t);
+  std::pair<int64_t, int64_t> buf[kMaxRank];  // |stride|, extent
+  std::vector<std::pair<int64_t, int64_t>> heap;
+  std::pair<int64_t, int64_t>* dims = buf;
+  if (t.shape.size() > kMaxRank) {
+    heap.resize(t.shape.size());
+    dims = heap.data();
+  }
+  size_t n = 0;
   for (size_t i = 0; i < t.shape.size(); ++i) {
     if (t.shape[i] == 0) return false;
-    if (t.shape[i] > 1) dims.push_back({std::llabs(strides[i]), t.shape[i]});
+    if (t.shape[i] > 1) dims[n++] = {std::llabs(strides[i]), t.shape[i]};
   }
-  std::sort(dims.begin(), dims.end());
+  std::sort(dims, dims + n);
   int64_t reach = 0;
-  for (auto [stride, extent] : dims) {
-    if (stride <= reach) return true;
-    reach += (extent - 1) * stride;
+  for (size_t i = 0; i < n; ++i) {
+    if (dims[i].first <= reach) return true;
+    reach += (dims[i].second - 1) * dims[i].first;
   }
   return false;
 }
 
 bool same_view(const TensorArg& a, const TensorArg& b) {
-  return a.data == b.data && a.offset == b.offset && a.dtype == b.dtype && a.shape == b.shape &&
-         strides_of(a) == strides_of(b);
+  if (a.data != b.data || a.offset != b.offset || a.dtype != b.dtype || a.shape != b.shape)
+    return false;
+  const Strides sa(a), sb(b);
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    if (sa[i] != sb[i]) return false;
+  return true;
 }
 
 }  // namespace

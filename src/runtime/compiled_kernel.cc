@@ -35,15 +35,17 @@ struct KeyHash {
 
 void append_arg(const TensorArg& t, Key* key) {
   key->push_back(static_cast<int64_t>(t.shape.size()));
-  int64_t strides[kMaxRank];
-  size_t r = std::min<size_t>(t.shape.size(), kMaxRank);
-  TensorArg view{nullptr, t.dtype, {}, {}, 0, -1};
+  const size_t r = std::min<size_t>(t.shape.size(), kMaxRank);
   for (size_t i = 0; i < r; ++i) key->push_back(t.shape[i]);
   if (t.strides.size() == t.shape.size()) {
     for (size_t i = 0; i < r; ++i) key->push_back(t.strides[i]);
-  } else {
-    view.shape.assign(t.shape.begin(), t.shape.begin() + static_cast<long>(r));
-    ir::arg_strides(view, strides);
+  } else {  // the contiguous strides of the first r dims, computed in place (no allocation)
+    int64_t strides[kMaxRank];
+    int64_t s = 1;
+    for (size_t i = r; i-- > 0;) {
+      strides[i] = s;
+      s *= t.shape[i];
+    }
     for (size_t i = 0; i < r; ++i) key->push_back(strides[i]);
   }
   key->push_back(t.offset);
