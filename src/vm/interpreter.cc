@@ -67,7 +67,12 @@ class BlockRunner {
         args_(args),
         regs_(regs),
         reg_bytes_(lp.program.reg_elems * kRegElemBytes),
-        desc_off_(lp.desc_offset) {}
+        num_descs_(lp.desc_offset.size()) {
+    if (num_descs_ > kInlineDescs) {  // rare: the common programs need no allocation per launch
+      desc_off_heap_.resize(num_descs_);
+      desc_off_ = desc_off_heap_.data();
+    }
+  }
 
   void run(int64_t block);
 
@@ -116,7 +121,11 @@ class BlockRunner {
   int64_t ivar_[bc::kMaxAxes] = {};
   // Per descriptor: the byte offset of its element at the current position (ivar_), kept by
   // set_axis, so that resolving an operand is a lookup.
-  std::vector<int64_t> desc_off_;
+  static constexpr size_t kInlineDescs = 32;
+  size_t num_descs_;
+  int64_t desc_off_inline_[kInlineDescs];
+  std::vector<int64_t> desc_off_heap_;
+  int64_t* desc_off_ = desc_off_inline_;
   int64_t active_rows_ = 1;
   int64_t active_cols_ = 1;
   // The constant B this runner's tiles last multiplied by (one lookup per launch and thread).
@@ -133,7 +142,7 @@ void BlockRunner::set_axis(int axis, int64_t trip) {
   if (delta != 0) {  // every descriptor's position follows (resolve reads it)
     const int64_t* step = lp_.desc_step.data() + axis;
     const size_t na = p_.axes.size();
-    for (size_t i = 0; i < desc_off_.size(); ++i) desc_off_[i] += delta * step[i * na];
+    for (size_t i = 0; i < num_descs_; ++i) desc_off_[i] += delta * step[i * na];
   }
   int64_t active = std::min(ax.chunk, ax.extent - start);
   if (ax.tile == bc::AxisTile::kRow) active_rows_ = active;
@@ -980,7 +989,7 @@ void BlockRunner::exec_argreduce(const Instr& in) {
 void BlockRunner::run(int64_t block) {
   // Decode the block id into one chunk per grid axis (first grid axis slowest).
   std::fill(std::begin(ivar_), std::end(ivar_), 0);
-  std::copy(lp_.desc_offset.begin(), lp_.desc_offset.end(), desc_off_.begin());
+  std::copy(lp_.desc_offset.begin(), lp_.desc_offset.end(), desc_off_);
   active_rows_ = active_cols_ = 1;
   for (int a = static_cast<int>(p_.axes.size()) - 1; a >= 0; --a) {
     const bc::Axis& ax = p_.axes[a];
