@@ -104,6 +104,8 @@ class BlockRunner {
   using ChainOps = ChainOperand[bc::kMaxChainBody][4];
   void prepare_chain(int32_t pc, int axis, ChainOps& ops) const;
   void run_chain(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips);
+  template <bool kDirect>
+  void run_chain_impl(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips);
   void exec_chain(int32_t pc, int axis = -1, int64_t trips = 1);
   cpu::MulAddArgs mul_add_args(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) const;
   void run_chain_pair(int32_t pc, const ChainOps& a, const ChainOps& b, int64_t first,
@@ -625,6 +627,18 @@ int32_t BlockRunner::exec_chain_pair(int32_t pc) {
 // Runs the chain at `pc` with operands `ops` (prepare_chain) for trips [first, first + trips)
 // counted from where they were resolved.
 void BlockRunner::run_chain(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) {
+  if (lp_.chain_direct[pc]) {
+    run_chain_impl<true>(pc, ops, first, trips);
+  } else {
+    run_chain_impl<false>(pc, ops, first, trips);
+  }
+}
+
+// kDirect (LoadedProgram::chain_direct): no operand is a scratch strip, and one call per
+// member covers the whole tile and all trips; compiled apart, the common case pays none of
+// the strip bookkeeping.
+template <bool kDirect>
+void BlockRunner::run_chain_impl(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) {
   const Instr& head = lp_.instrs[pc];
   const int k = bc::chain_length(head.aux);
   const Instr* body = &lp_.instrs[pc + 1];
@@ -636,7 +650,7 @@ void BlockRunner::run_chain(int32_t pc, const ChainOps& ops, int64_t first, int6
   // block while they fit.
   // A chain whose kernels all read and write memory or kept registers (its intermediates
   // fused away) needs no strips: one call per member covers the whole tile and all trips.
-  const bool direct = lp_.chain_direct[pc];
+  constexpr bool direct = kDirect;
   const int64_t strip = direct ? std::max<int64_t>(cols, 1) : kChainStrip;
   const int64_t block_rows = direct                           ? std::max<int64_t>(rows, 1)
                              : cols > 0 && cols < kChainStrip ? kChainStrip / cols
@@ -651,15 +665,18 @@ void BlockRunner::run_chain(int32_t pc, const ChainOps& ops, int64_t first, int6
       for (int64_t c0 = 0; c0 < cols; c0 += strip) {
         const int64_t n = std::min(strip, cols - c0);
         auto at = [&](const ChainOperand& o) {
-          return o.scratch >= 0 ? scratch[o.scratch]
-                                : reinterpret_cast<float*>(
-                                      o.p + ((first + t) * o.os + r * o.rs + c0 * o.cs) * o.es);
+          return !kDirect && o.scratch >= 0
+                     ? scratch[o.scratch]
+                     : reinterpret_cast<float*>(o.p +
+                                                ((first + t) * o.os + r * o.rs + c0 * o.cs) * o.es);
         };
         auto inc = [](const ChainOperand& o) {
-          return o.scratch >= 0 ? 1 : static_cast<int>(o.cs);
+          return !kDirect && o.scratch >= 0 ? 1 : static_cast<int>(o.cs);
         };
-        auto rs = [n](const ChainOperand& o) { return o.scratch >= 0 ? n : o.rs; };
-        auto os = [n, nb](const ChainOperand& o) { return o.scratch >= 0 ? nb * n : o.os; };
+        auto rs = [n](const ChainOperand& o) { return !kDirect && o.scratch >= 0 ? n : o.rs; };
+        auto os = [n, nb](const ChainOperand& o) {
+          return !kDirect && o.scratch >= 0 ? nb * n : o.os;
+        };
         for (int i = 0; i < k; ++i) {
           const Instr& in = body[i];
           const ChainOperand* o = ops[i];
