@@ -1179,6 +1179,27 @@ TEST(VmConcatSplit, RotaryMatchesReference) {
   }
 }
 
+// A loop of chains over [S, H, D] tiles with more chains than a block prepares at once (two
+// outputs of three concat parts each): the chains past the prepared ones resolve per batch.
+TEST(VmConcatSplit, ManyChainsInALoop) {
+  KernelBuilder kb("many_chains");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S, 3, 12});
+  Value c = kb.load("c", DType::kF32, {S, 1, 12});
+  auto parts = [&](UnaryOp f, UnaryOp g, UnaryOp h) {
+    return kb.concat({kb.unary(f, kb.slice(x, 2, 8, 12)), kb.unary(g, kb.slice(x, 2, 0, 4)),
+                      kb.unary(h, kb.slice(x, 2, 4, 8))},
+                     2);
+  };
+  kb.store("y", kb.add(kb.mul(parts(UnaryOp::kNeg, UnaryOp::kAbs, UnaryOp::kSigmoid), c), x));
+  kb.store("z", kb.sub(kb.mul(parts(UnaryOp::kTanh, UnaryOp::kSigmoid, UnaryOp::kAbs), x), c));
+  BUILD(kb, k);
+  std::mt19937 rng(57);
+  for (int64_t s : {0, 1, 7, 300})
+    check(k, {make_buffer(DType::kF32, {s, 3, 12}, rng), make_buffer(DType::kF32, {s, 1, 12}, rng)},
+          {.tol = Tol::kReduce, .n = 2, .what = "S=" + std::to_string(s)});
+}
+
 // Rotary embedding at model head sizes, contiguous: cos and sin are the same for every head,
 // so rows of whole vectors keep them in registers across the heads (MulAddRowsShared, one to
 // four vectors a row); other sizes take the per-vector path.
