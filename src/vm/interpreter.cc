@@ -1324,7 +1324,10 @@ bool chain_reads(const LoadedProgram& lp, size_t pc, const Operand& w) {
 
 // Can the chain at `pc` and the next instruction, a chain, run row by row in one pass
 // (cpu::fused_mul_add_pair_f32_rows)? Both are one direct (neg,) mul, fma group over the
-// same tile class, and neither reads what the other writes.
+// same tile class, and neither reads what the other writes (the tensor slot or register of
+// the other's destination). Their destinations may share a slot (rotary's two halves of y):
+// an encoded program writes each output element once, so the row order of two disjoint
+// writes does not matter.
 bool chain_pair(const LoadedProgram& lp, size_t pc) {
   const size_t next = pc + bc::chain_length(lp.instrs[pc].aux) + 1;
   if (next >= lp.instrs.size() || lp.instrs[next].op != bc::Opcode::kChain) return false;
