@@ -47,6 +47,9 @@ struct LoadedProgram {
   // run row by row in one pass (cpu::fused_mul_add_pair_f32_rows; rotary embedding's
   // halves), neither reading what the other writes.
   std::vector<char> chain_pair;
+  // Per Chain: 1 when its results all go to memory through kernels that may stream them
+  // (a direct chain, no kept values, a memory destination).
+  std::vector<char> chain_stream;
   // Per top-level instruction: 1 or 2 when it is an f32 map (add, sub, mul, fma, exp with a
   // pre-op) whose result the instruction 1 or 2 later (a fill of the accumulator between)
   // reduces along the tile's columns: the pair runs as one cpu::map_reduce_f32_rows pass
@@ -72,7 +75,15 @@ struct LaunchArgs {
   void* const* slots = nullptr;
   const bc::Constant* params = nullptr;
   const uint64_t* versions = nullptr;
+  // Streaming stores for memory results (cpu::set_stream_stores): set by launch() for
+  // launches whose work exceeds the streaming threshold.
+  bool stream_stores = false;
 };
+
+// Launches with more bytes of work (elements of tiles walked, x 4) than this stream their
+// memory results around the caches. Default: the last-level cache's size. Tests lower it.
+int64_t stream_threshold_bytes();
+void set_stream_threshold_bytes(int64_t bytes);
 
 // Runs blocks [begin, end) of a verified program on the calling thread.
 void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, int64_t end);

@@ -15,10 +15,15 @@
 #include "vm/cpu/tile_kernels.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "ops/scalar_ops.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>  // _mm_sfence (stream_fence)
+#endif
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "vm/cpu/tile_kernels.cc"
@@ -27,6 +32,11 @@
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 // clang-format on
+
+namespace dvm::vm::cpu {
+// set_stream_stores' flag; initial-exec: the kernels read it once per call, no TLS call.
+extern thread_local bool g_stream_stores __attribute__((tls_model("initial-exec")));
+}  // namespace dvm::vm::cpu
 
 HWY_BEFORE_NAMESPACE();
 namespace dvm::vm::cpu {
@@ -82,6 +92,17 @@ HWY_INLINE void StoreTail(hn::Vec<D> v, D d, hn::TFromD<D>* p, int64_t m) {
   hn::Store(v, d, buf);
   for (int64_t k = 0; k < m; ++k) p[k] = buf[k];
 #endif
+}
+
+// A full vector to memory: streamed around the caches (nt: set_stream_stores is on and the
+// row starts on a vector boundary, so every full vector of it is aligned) or stored.
+template <class D>
+HWY_INLINE void StoreMaybeNt(hn::Vec<D> v, D d, hn::TFromD<D>* p, bool nt) {
+  if (nt) {
+    hn::Stream(v, d, p);
+  } else {
+    hn::StoreU(v, d, p);
+  }
 }
 
 // Fills n elements with v (a broadcast row).
@@ -154,6 +175,7 @@ template <bool kA, bool kB, class DO, class DA, class F>
 HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, const hn::TFromD<DA>* b, int64_t n, F f) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(da));
+  const bool nt_ok = g_stream_stores;
   for (int64_t r = 0; r < rs.rows; ++r) {
     hn::TFromD<DO>* dr = dst + r * rs.d;
     const hn::TFromD<DA>* ar = a + r * rs.a;
@@ -161,13 +183,14 @@ HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
     const auto va = kA ? hn::Zero(da) : hn::Set(da, ar[0]);
     const auto vb = kB ? hn::Zero(da) : hn::Set(da, br[0]);
     int64_t i = 0;
+    const bool nt = nt_ok && reinterpret_cast<uintptr_t>(dr) % (N * sizeof(*dr)) == 0;
     for (; i + 2 * N <= n; i += 2 * N) {  // two vectors: the next loads overlap this math
       const auto a0 = kA ? hn::LoadU(da, ar + i) : va;
       const auto a1 = kA ? hn::LoadU(da, ar + i + N) : va;
       const auto b0 = kB ? hn::LoadU(da, br + i) : vb;
       const auto b1 = kB ? hn::LoadU(da, br + i + N) : vb;
-      hn::StoreU(f(a0, b0), dout, dr + i);
-      hn::StoreU(f(a1, b1), dout, dr + i + N);
+      StoreMaybeNt(f(a0, b0), dout, dr + i, nt);
+      StoreMaybeNt(f(a1, b1), dout, dr + i + N, nt);
     }
     if (i + N <= n) {
       hn::StoreU(f(kA ? hn::LoadU(da, ar + i) : va, kB ? hn::LoadU(da, br + i) : vb), dout, dr + i);
@@ -213,6 +236,7 @@ template <bool kB, bool kC, class D, class F>
 HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
                          const hn::TFromD<D>* b, const hn::TFromD<D>* c, int64_t n, F f) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const bool nt_ok = g_stream_stores;
   for (int64_t r = 0; r < rs.rows; ++r) {
     hn::TFromD<D>* dr = dst + r * rs.d;
     const hn::TFromD<D>*ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
@@ -221,11 +245,12 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
     const auto lb = [&](int64_t i) { return kB ? hn::LoadU(d, br + i) : vb; };
     const auto lc = [&](int64_t i) { return kC ? hn::LoadU(d, cr + i) : vc; };
     int64_t i = 0;
+    const bool nt = nt_ok && reinterpret_cast<uintptr_t>(dr) % (N * sizeof(*dr)) == 0;
     for (; i + 2 * N <= n; i += 2 * N) {
       const auto r0 = f(hn::LoadU(d, ar + i), lb(i), lc(i));
       const auto r1 = f(hn::LoadU(d, ar + i + N), lb(i + N), lc(i + N));
-      hn::StoreU(r0, d, dr + i);
-      hn::StoreU(r1, d, dr + i + N);
+      StoreMaybeNt(r0, d, dr + i, nt);
+      StoreMaybeNt(r1, d, dr + i + N, nt);
     }
     if (i + N <= n) {
       hn::StoreU(f(hn::LoadU(d, ar + i), lb(i), lc(i)), d, dr + i);
@@ -1502,6 +1527,18 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace dvm::vm::cpu {
+
+thread_local bool g_stream_stores __attribute__((tls_model("initial-exec"))) = false;
+
+void set_stream_stores(bool on) {
+  g_stream_stores = on;
+}
+
+void stream_fence() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_sfence();
+#endif
+}
 
 using namespace dvm::ops;  // NOLINT
 

@@ -165,6 +165,16 @@ void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const flo
                             const float* b, int binc, const float* p, int pinc, const float* q,
                             int qinc, int64_t n);
 
+// Streaming stores: while on (this thread), the f32 maps (unary with a factor, binary, fma,
+// the fused products) write the full vectors of rows that start on a vector boundary with
+// non-temporal stores, around the caches. For outputs far larger than the last-level cache,
+// which nothing reads before they would be evicted anyway, this saves each line's read for
+// ownership (a 16M-element stream: 7.4 -> 5.2 ms on Zen 4). Only for memory destinations:
+// the interpreter turns it on around such calls. stream_fence() orders the streamed stores
+// before the caller's later stores (another thread may read them after a barrier).
+void set_stream_stores(bool on);
+void stream_fence();
+
 // The operands of one fused_mul_add_f32_rows call.
 struct MulAddArgs {
   bool negate = false;
