@@ -34,8 +34,9 @@
 // clang-format on
 
 namespace dvm::vm::cpu {
-// set_stream_stores' flag; initial-exec: the kernels read it once per call, no TLS call.
-extern thread_local bool g_stream_stores __attribute__((tls_model("initial-exec")));
+// set_stream_stores' flag, read once per driver call. (Not initial-exec: the Python module is
+// loaded with dlopen after torch, whose libraries leave no static TLS space for it.)
+extern thread_local bool g_stream_stores;
 }  // namespace dvm::vm::cpu
 
 HWY_BEFORE_NAMESPACE();
@@ -1528,7 +1529,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace dvm::vm::cpu {
 
-thread_local bool g_stream_stores __attribute__((tls_model("initial-exec"))) = false;
+thread_local bool g_stream_stores = false;
 
 void set_stream_stores(bool on) {
   g_stream_stores = on;
