@@ -1006,6 +1006,23 @@ void BlockRunner::exec_argreduce(const Instr& in) {
   if (in.ctype == CType::kI64) argreduce_typed<int64_t>(op, rr, rc, v, idx, src, rows, cols, base);
 }
 
+// Streaming stores on for one instruction's kernel calls (a memory destination of a launch
+// beyond the last-level cache), off again after.
+class StreamScope {
+ public:
+  explicit StreamScope(bool on) : on_(on) {
+    if (on_) cpu::set_stream_stores(true);
+  }
+  ~StreamScope() {
+    if (on_) cpu::set_stream_stores(false);
+  }
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  bool on_;
+};
+
 void BlockRunner::run(int64_t block) {
   // Decode the block id into one chunk per grid axis (first grid axis slowest).
   std::fill(std::begin(ivar_), std::end(ivar_), 0);
@@ -1055,10 +1072,8 @@ void BlockRunner::run(int64_t block) {
           pc = exec_chain_pair(pc);
           break;
         }
-        const bool stream = args_.stream_stores && lp_.chain_stream[pc];
-        if (stream) cpu::set_stream_stores(true);
+        const StreamScope stream(args_.stream_stores && lp_.chain_stream[pc]);
         exec_chain(pc);
-        if (stream) cpu::set_stream_stores(false);
         pc += bc::chain_length(in.aux);  // the body ran inside the chain
         break;
       }
@@ -1067,10 +1082,8 @@ void BlockRunner::run(int64_t block) {
           pc += lp_.map_reduce[pc];
           break;
         }
-        const bool stream = args_.stream_stores && in.d.kind == OperandKind::kDesc;
-        if (stream) cpu::set_stream_stores(true);
+        const StreamScope stream(args_.stream_stores && in.d.kind == OperandKind::kDesc);
         exec(in);
-        if (stream) cpu::set_stream_stores(false);
         break;
       }
     }
