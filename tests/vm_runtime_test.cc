@@ -1,5 +1,7 @@
 // The runtime around the VM: program cache and relocation, statistics, determinism across
 // thread counts, run-time params, staged (workspace) kernels.
+#include <regex>
+
 #include "vm_test_util.h"
 
 namespace dvm::testing {
@@ -295,6 +297,36 @@ TEST(Runtime, ElementwiseChainsMatchReference) {
   auto text = ck->disassemble(ins, {&y1.arg, 1});
   ASSERT_TRUE(text.is_ok());
   EXPECT_NE(text->find("chain.f32"), std::string::npos) << *text;
+}
+
+// A value computed elementwise from a register that dies there is written over it: layer
+// norm's centered rows take the register of the sums' input (one tile-sized register less for
+// the normalising passes to walk), and the results still match the reference.
+TEST(Runtime, ElementwiseResultTakesItsDyingSourcesRegister) {
+  KernelBuilder kb("layer_norm");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value h = kb.add(kb.load("x", DType::kF32, {R, C}), kb.load("r", DType::kF32, {R, C}));
+  Value hc = kb.sub(h, kb.mean(h, {-1}, true));
+  Value inv = kb.unary(UnaryOp::kRsqrt,
+                       kb.binary(BinaryOp::kAdd, kb.mean(kb.mul(hc, hc), {-1}, true), 1e-5));
+  kb.store("y", kb.mul(kb.mul(hc, inv), kb.load("g", DType::kF32, {C})));
+  Kernel k = kb.build().value();
+  std::mt19937 rng(7);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 768}, {1, 1}, {33, 17}, {2, 5000}}) {
+    std::vector<Buffer> in = {make_buffer(DType::kF32, {rows, cols}, rng),
+                              make_buffer(DType::kF32, {rows, cols}, rng),
+                              make_buffer(DType::kF32, {cols}, rng)};
+    expect_matches_reference(k, in, Tolerance{2e-5, 2e-5}, {},
+                             std::to_string(rows) + "x" + std::to_string(cols));
+  }
+  auto ck = CompiledKernel::create(k).value();
+  Buffer x = make_buffer(DType::kF32, {40, 768}, rng), r = make_buffer(DType::kF32, {40, 768}, rng),
+         g = make_buffer(DType::kF32, {768}, rng), y = make_buffer(DType::kF32, {40, 768}, rng);
+  TensorArg ins[] = {x.arg, r.arg, g.arg};
+  auto text = ck->disassemble(ins, {&y.arg, 1});
+  ASSERT_TRUE(text.is_ok());
+  const std::regex in_place(R"(sub\.f32\.full (r\d+)\.full, \1\.full, r\d+\.row)");
+  EXPECT_TRUE(std::regex_search(*text, in_place)) << *text;
 }
 
 // A chain whose tiles are wider than one strip (few registers: 4096- to 16384-column tiles,

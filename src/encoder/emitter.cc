@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/op_traits.h"
+
 namespace dvm::enc {
 
 int Emitter::add_desc(int slot, DType dtype, int64_t offset, const int64_t* dom_stride) {
@@ -715,6 +717,33 @@ void Emitter::loop_outer_axis() {
   push(bc::Opcode::kEndLoop, CType::kF32, TileClass::kScalar, 0, Operand{});
 }
 
+// Can `in`, which defines virtual register v, write v over virtual register src (read by it,
+// dying there)? Only f32 elementwise math of one class: every element is read before its own
+// position is written and no other position is read from src. A value that dies inside a
+// chain body is live to the chain's end (allocate_registers), so chains never get here.
+namespace {
+bool in_place_source(bc::Instr in, int v, int src) {
+  const bc::Family fam = bc::kOpInfo[static_cast<int>(in.op)].family;
+  if (in.op != bc::Opcode::kFma && fam != bc::Family::kUnary && fam != bc::Family::kBinary)
+    return false;
+  // Predicates write an i32 mask: another element type (the verifier's aliasing rule).
+  if ((bc::is_unary(in.op) && ops::is_predicate(bc::unary_of(in.op))) ||
+      (bc::is_binary(in.op) && ops::returns_bool(bc::binary_of(in.op))))
+    return false;
+  if (in.ctype != CType::kF32 || in.d.kind != bc::OperandKind::kReg || in.d.index != v || src < 0)
+    return false;
+  const int used = used_fields(in);
+  bool reads = false;
+  for (int k = 1; k < 4; ++k) {
+    const Operand* o = field(in, k);
+    if (!(used >> k & 1) || o->kind != bc::OperandKind::kReg || o->index != src) continue;
+    if (o->cls != in.d.cls) return false;  // read broadcast: other positions
+    reads = true;
+  }
+  return reads;
+}
+}  // namespace
+
 Status Emitter::allocate_registers() {
   int n = num_vregs_;
   std::vector<int> first(n, INT32_MAX), last(n, -1);
@@ -755,20 +784,25 @@ Status Emitter::allocate_registers() {
   std::vector<int> order(n);
   for (int v = 0; v < n; ++v) order[v] = v;
   std::sort(order.begin(), order.end(), [&](int x, int y) { return first[x] < first[y]; });
-  std::vector<int> phys(n, -1), busy_until;
+  std::vector<int> phys(n, -1), busy_until, holder;
   for (int v : order) {
     if (last[v] < 0) continue;
+    // A value computed elementwise from one that dies there takes its register: the
+    // instruction writes its result over its source in place, so the block touches one
+    // tile-sized register less (a norm's last passes read L1, not L2).
     int r = -1;
-    for (size_t p = 0; p < busy_until.size(); ++p)
-      if (busy_until[p] < first[v]) {
+    for (size_t p = 0; r < 0 && p < busy_until.size(); ++p)
+      if (busy_until[p] == first[v] && in_place_source(code_[first[v]], v, holder[p]))
         r = static_cast<int>(p);
-        break;
-      }
+    for (size_t p = 0; r < 0 && p < busy_until.size(); ++p)
+      if (busy_until[p] < first[v]) r = static_cast<int>(p);
     if (r < 0) {
       r = static_cast<int>(busy_until.size());
       busy_until.push_back(0);
+      holder.push_back(-1);
     }
     busy_until[r] = last[v];
+    holder[r] = v;
     phys[v] = r;
   }
   if (busy_until.size() > static_cast<size_t>(bc::kMaxOperandIndex))
