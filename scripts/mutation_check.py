@@ -36,10 +36,10 @@ MUTANTS = [
      "f.inner = g.size() > 2 ? g[1] : g.back();",
      "a folded group of three or more axes takes the stride of the wrong member"),
     ("chain_strip_offset", "src/vm/interpreter.cc",
-     "reinterpret_cast<float*>(o.p + (r * o.rs + c0 * o.cs) * 4);",
-     "reinterpret_cast<float*>(o.p + (r * o.rs + (c0 ? c0 - 16 : 0) * o.cs) * 4);",
+     "((first + t) * o.os + r * o.rs + c0 * o.cs) * o.es);",
+     "((first + t) * o.os + r * o.rs + (c0 ? c0 - 16 : 0) * o.cs) * o.es);",
      "chain strips after the first read 16 columns early"),
-    ("gelu_tanh_coefficient", "src/vm/cpu/tile_kernels.cc",
+    ("gelu_tanh_coefficient", "src/vm/cpu/tile_kernels-inl.h",
      "hn::Set(d, 0.044715f)",
      "hn::Set(d, 0.04472f)",
      "the VM's tanh-gelu cubic coefficient differs from the spec"),
@@ -47,9 +47,10 @@ MUTANTS = [
      "double inv = 1.0 / static_cast<double>(count);",
      "double inv = 1.0 / static_cast<double>(count + count / 64);",
      "a mean over >= 64 elements divides by a slightly wrong count"),
-    ("prod_drops_last", "src/vm/cpu/tile_kernels.cc",
-     "      r = ReduceRowVec(\n          d, a, ainc, n, id, [](VF x, VF y) { return hn::Mul(x, y); }, op);",
-     "      r = ReduceRowVec(\n          d, a, ainc, n > 1024 ? n - 1 : n, id, [](VF x, VF y) { return hn::Mul(x, y); }, op);",
+    ("prod_drops_last", "src/vm/cpu/tile_kernels_reduce.cc",
+     "      *ar = reduce_combine_f32(op, *ar, ReduceRowVec(d, a + r * rs.a, ainc, n, id, f, fold));",
+     "      *ar = reduce_combine_f32(op, *ar, ReduceRowVec(d, a + r * rs.a, ainc,"
+     " op == ReduceOp::kProd && n > 1024 ? n - 1 : n, id, f, fold));",
      "a product over a row longer than 1024 drops its last element"),
 ]
 

@@ -1,0 +1,617 @@
+// Per-target helpers of the CPU tile kernels: tails, the row drivers (Map1/2/3 over blocks of
+// rows), the vector math and the prototypes of the exported kernels. Included by each kernel
+// file (tile_kernels_*.cc) and by the dispatch tables (tile_kernels.cc) once per Highway target,
+// hence the toggled guard instead of a plain include guard.
+#if defined(DVM_VM_CPU_TILE_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // NOLINT
+#ifdef DVM_VM_CPU_TILE_KERNELS_INL_H_
+#undef DVM_VM_CPU_TILE_KERNELS_INL_H_
+#else
+#define DVM_VM_CPU_TILE_KERNELS_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
+#include "ops/scalar_ops.h"
+#include "vm/cpu/tile_kernels.h"
+
+namespace dvm::vm::cpu {
+// set_stream_stores' flag, read once per driver call. (Not initial-exec: the Python module is
+// loaded with dlopen after torch, whose libraries leave no static TLS space for it.)
+extern thread_local bool g_stream_stores;
+}  // namespace dvm::vm::cpu
+
+HWY_BEFORE_NAMESPACE();
+namespace dvm::vm::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace dvm::ops;  // the scalar semantics the kernels implement  // NOLINT
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+
+// Math lambdas are inlined into their row loops: a call per vector serialises the
+// polynomial evaluations that the out-of-order core would otherwise overlap.
+#ifndef DVM_INL
+#define DVM_INL __attribute__((always_inline))
+#endif
+
+// Lanes of the widest target (AVX3: 16 x 32-bit); sizes the tail buffers.
+constexpr size_t kMaxLanes = 16;
+static_assert(HWY_MAX_BYTES / 4 <= kMaxLanes, "tail buffers too small");
+
+// ------------------------------------------------------------------------------------------
+// Tile drivers: one call runs a kernel over a block of rows (cpu::Rows). The operand
+// increments are resolved once per call into template parameters, so a row costs its vectors
+// plus a few pointer updates, not a fresh setup (rows of 32-96 columns are common). A source
+// of increment 0 is broadcast along its row (its row stride may still move it: a column
+// vector); when every source is broadcast the row's value is computed once and replicated.
+
+// The first m (0 < m < lanes) elements of a row as one vector (other lanes 0), and the
+// matching partial store. AVX2 and AVX-512 mask the access in hardware (masked-off lanes never
+// fault); other targets go through a padded stack buffer. 32-bit lanes only.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, int64_t m) {
+  static_assert(sizeof(hn::TFromD<D>) == 4, "32-bit lanes");
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(m)), d, p);
+#else
+  HWY_ALIGN hn::TFromD<D> buf[kMaxLanes] = {};
+  for (int64_t k = 0; k < m; ++k) buf[k] = p[k];
+  return hn::Load(d, buf);
+#endif
+}
+
+template <class D>
+HWY_INLINE void StoreTail(hn::Vec<D> v, D d, hn::TFromD<D>* p, int64_t m) {
+  static_assert(sizeof(hn::TFromD<D>) == 4, "32-bit lanes");
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(m)), d, p);
+#else
+  HWY_ALIGN hn::TFromD<D> buf[kMaxLanes];
+  hn::Store(v, d, buf);
+  for (int64_t k = 0; k < m; ++k) p[k] = buf[k];
+#endif
+}
+
+// A full vector to memory: streamed around the caches (nt: set_stream_stores is on and the
+// row starts on a vector boundary, so every full vector of it is aligned) or stored.
+template <class D>
+HWY_INLINE void StoreMaybeNt(hn::Vec<D> v, D d, hn::TFromD<D>* p, bool nt) {
+  if (nt) {
+    hn::Stream(v, d, p);
+  } else {
+    hn::StoreU(v, d, p);
+  }
+}
+
+// Fills n elements with v (a broadcast row).
+template <typename T>
+HWY_INLINE void FillRow(T* dst, T v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = v;
+}
+
+// When every source's rows are back to back (Rows::flat_src; K sources with their row strides
+// and increments) and the destination's too, the block runs as one row of rows * n elements:
+// *g becomes that row, *n grows and incs[] take the run's increments. Otherwise unchanged.
+template <size_t K>
+HWY_INLINE void FlattenRows(const Rows& rs, const int64_t (&strides)[K], int (&incs)[K], Rows* g,
+                            int64_t* n) {
+  *g = rs;
+  if (!rs.flat_dst(*n)) return;
+  int flat[K];
+  for (size_t k = 0; k < K; ++k)
+    if (!Rows::flat_src(*n, incs[k], strides[k], &flat[k])) return;
+  for (size_t k = 0; k < K; ++k) incs[k] = flat[k];
+  *g = Rows{1, 0, 0, 0, 0};
+  *n *= rs.rows;
+}
+
+template <bool kA, class DO, class DA, class F>
+HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int64_t n, F f) {
+  using TO = hn::TFromD<DO>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    TO* dr = dst + r * rs.d;
+    const hn::TFromD<DA>* ar = a + r * rs.a;
+    if (!kA) {  // a broadcast row: one evaluation
+      HWY_ALIGN TO out[kMaxLanes];
+      hn::Store(f(hn::Set(da, ar[0])), dout, out);
+      FillRow(dr, out[0], n);
+      continue;
+    }
+    int64_t i = 0;
+    for (; i + 2 * N <= n; i += 2 * N) {
+      const auto x0 = hn::LoadU(da, ar + i);
+      const auto x1 = hn::LoadU(da, ar + i + N);
+      hn::StoreU(f(x0), dout, dr + i);
+      hn::StoreU(f(x1), dout, dr + i + N);
+    }
+    if (i + N <= n) {
+      hn::StoreU(f(hn::LoadU(da, ar + i)), dout, dr + i);
+      i += N;
+    }
+    if (i < n) StoreTail(f(LoadTail(da, ar + i, n - i)), dout, dr + i, n - i);
+  }
+}
+
+// Map1 over a block of rows; one run of rows * n elements when the rows are back to back.
+template <class DO, class DA, class F>
+HWY_INLINE void Map1Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
+  if (n <= 0 || rs.rows <= 0) return;
+  int inc[1] = {ainc};
+  Rows g;
+  FlattenRows(rs, {rs.a}, inc, &g, &n);
+  if (inc[0]) {
+    Map1Grid<true>(dout, da, g, dst, a, n, f);
+  } else {
+    Map1Grid<false>(dout, da, g, dst, a, n, f);
+  }
+}
+
+template <bool kA, bool kB, class DO, class DA, class F>
+HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, const hn::TFromD<DA>* b, int64_t n, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(da));
+  const bool nt_ok = g_stream_stores;
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    hn::TFromD<DO>* dr = dst + r * rs.d;
+    const hn::TFromD<DA>* ar = a + r * rs.a;
+    const hn::TFromD<DA>* br = b + r * rs.b;
+    const auto va = kA ? hn::Zero(da) : hn::Set(da, ar[0]);
+    const auto vb = kB ? hn::Zero(da) : hn::Set(da, br[0]);
+    int64_t i = 0;
+    const bool nt = nt_ok && reinterpret_cast<uintptr_t>(dr) % (N * sizeof(*dr)) == 0;
+    for (; i + 2 * N <= n; i += 2 * N) {  // two vectors: the next loads overlap this math
+      const auto a0 = kA ? hn::LoadU(da, ar + i) : va;
+      const auto a1 = kA ? hn::LoadU(da, ar + i + N) : va;
+      const auto b0 = kB ? hn::LoadU(da, br + i) : vb;
+      const auto b1 = kB ? hn::LoadU(da, br + i + N) : vb;
+      StoreMaybeNt(f(a0, b0), dout, dr + i, nt);
+      StoreMaybeNt(f(a1, b1), dout, dr + i + N, nt);
+    }
+    if (i + N <= n) {
+      hn::StoreU(f(kA ? hn::LoadU(da, ar + i) : va, kB ? hn::LoadU(da, br + i) : vb), dout, dr + i);
+      i += N;
+    }
+    if (i < n) {
+      const int64_t m = n - i;
+      StoreTail(f(kA ? LoadTail(da, ar + i, m) : va, kB ? LoadTail(da, br + i, m) : vb), dout,
+                dr + i, m);
+    }
+  }
+}
+
+// Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back. The
+// kernels' single call site of the drivers (each op's math is inlined once per variant).
+template <class DO, class DA, class F>
+HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
+                         int64_t n, F f) {
+  using TO = hn::TFromD<DO>;
+  if (n <= 0 || rs.rows <= 0) return;
+  int inc[2] = {ainc, binc};
+  Rows g;
+  FlattenRows(rs, {rs.a, rs.b}, inc, &g, &n);
+  const int fa = inc[0], fb = inc[1];
+  if (fa && fb) {
+    Map2Grid<true, true>(dout, da, g, dst, a, b, n, f);
+  } else if (fa) {
+    Map2Grid<true, false>(dout, da, g, dst, a, b, n, f);
+  } else if (fb) {
+    Map2Grid<false, true>(dout, da, g, dst, a, b, n, f);
+  } else {  // both broadcast: one evaluation per row
+    HWY_ALIGN TO out[kMaxLanes];
+    for (int64_t r = 0; r < g.rows; ++r) {
+      hn::Store(f(hn::Set(da, a[r * g.a]), hn::Set(da, b[r * g.b])), dout, out);
+      FillRow(dst + r * g.d, out[0], n);
+    }
+  }
+}
+
+// Map3 over a block of rows with a contiguous and b, c contiguous (kB, kC) or broadcast.
+template <bool kB, bool kC, class D, class F>
+HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
+                         const hn::TFromD<D>* b, const hn::TFromD<D>* c, int64_t n, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const bool nt_ok = g_stream_stores;
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    hn::TFromD<D>* dr = dst + r * rs.d;
+    const hn::TFromD<D>*ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
+    const auto vb = kB ? hn::Zero(d) : hn::Set(d, br[0]);
+    const auto vc = kC ? hn::Zero(d) : hn::Set(d, cr[0]);
+    const auto lb = [&](int64_t i) { return kB ? hn::LoadU(d, br + i) : vb; };
+    const auto lc = [&](int64_t i) { return kC ? hn::LoadU(d, cr + i) : vc; };
+    int64_t i = 0;
+    const bool nt = nt_ok && reinterpret_cast<uintptr_t>(dr) % (N * sizeof(*dr)) == 0;
+    for (; i + 2 * N <= n; i += 2 * N) {
+      const auto r0 = f(hn::LoadU(d, ar + i), lb(i), lc(i));
+      const auto r1 = f(hn::LoadU(d, ar + i + N), lb(i + N), lc(i + N));
+      StoreMaybeNt(r0, d, dr + i, nt);
+      StoreMaybeNt(r1, d, dr + i + N, nt);
+    }
+    if (i + N <= n) {
+      hn::StoreU(f(hn::LoadU(d, ar + i), lb(i), lc(i)), d, dr + i);
+      i += N;
+    }
+    if (i < n) {
+      const int64_t m = n - i;
+      const auto tb = kB ? LoadTail(d, br + i, m) : vb;
+      const auto tc = kC ? LoadTail(d, cr + i, m) : vc;
+      StoreTail(f(LoadTail(d, ar + i, m), tb, tc), d, dr + i, m);
+    }
+  }
+}
+
+// Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T), over a
+// block of rows: a contiguous source a gets a loop specialised for b and c contiguous or
+// broadcast (Map3Grid); a broadcast a (rare) picks its sources per vector.
+template <class D, class F>
+HWY_INLINE void Map3Rows(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
+                         const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc,
+                         int64_t n, F f) {
+  using T = hn::TFromD<D>;
+  if (n <= 0 || rs.rows <= 0) return;
+  int inc[3] = {ainc, binc, cinc};
+  Rows g;
+  FlattenRows(rs, {rs.a, rs.b, rs.c}, inc, &g, &n);
+  const int fa = inc[0], fb = inc[1], fc = inc[2];
+  if (fa && fb && fc) return Map3Grid<true, true>(d, g, dst, a, b, c, n, f);
+  if (fa && fb) return Map3Grid<true, false>(d, g, dst, a, b, c, n, f);
+  if (fa && fc) return Map3Grid<false, true>(d, g, dst, a, b, c, n, f);
+  if (fa) return Map3Grid<false, false>(d, g, dst, a, b, c, n, f);
+  // a broadcast (rare): each source picked per vector
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < g.rows; ++r) {
+    T* dr = dst + r * g.d;
+    const T *ar = a + r * g.a, *br = b + r * g.b, *cr = c + r * g.c;
+    const auto ba = hn::Set(d, ar[0]), bb = hn::Set(d, br[0]), bc = hn::Set(d, cr[0]);
+    for (int64_t i = 0; i < n; i += N) {
+      const int64_t m = std::min(N, n - i);
+      const auto vb = fb ? LoadTail(d, br + i, m) : bb;
+      const auto vc = fc ? LoadTail(d, cr + i, m) : bc;
+      StoreTail(f(ba, vb, vc), d, dr + i, m);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// f32 vector math
+
+HWY_INLINE VF NanMax(VF a, VF b) {
+  return hn::IfThenElse(hn::IsNaN(a), a, hn::IfThenElse(hn::Gt(a, b), a, b));
+}
+HWY_INLINE VF NanMin(VF a, VF b) {
+  return hn::IfThenElse(hn::IsNaN(a), a, hn::IfThenElse(hn::Lt(a, b), a, b));
+}
+
+// Any lane NaN in x gives x (the spec propagates NaN through every value op).
+HWY_INLINE VF KeepNaN(VF x, VF r) {
+  return hn::IfThenElse(hn::IsNaN(x), x, r);
+}
+
+// relu(x) = x > 0 ? x : +0, NaN kept. On x86, max(0, x) returns its second operand when
+// either is NaN (and for -0 against 0), so max(0, x) + 0 is the spec in two instructions
+// (adding +0 turns -0 into +0 and changes nothing else).
+HWY_INLINE VF ReluF(DF d, VF x) {
+#if HWY_ARCH_X86
+  return hn::Add(hn::Max(hn::Zero(d), x), hn::Zero(d));
+#else
+  return KeepNaN(x, hn::IfThenElse(hn::Gt(x, hn::Zero(d)), x, hn::Zero(d)));
+#endif
+}
+
+// e^x, <= 2 ulp including subnormal results. x = n ln2 + r, |r| <= ln2/2 (n ln2 subtracted
+// in two parts, exact for |n| <= 150), e^r by the Cephes expf polynomial, then the scaling
+// by 2^n, which rounds once (so subnormal results round once and large x overflows to +inf
+// there). Clamping x to [-104, 89] keeps n in [-150, 128] and still gives exactly 0 and +inf
+// beyond. About twice as fast as Highway 1.0.3's Exp (no range blends, one polynomial).
+//
+// AVX-512 scales by vscalefps and orders the clamp's operands so that a NaN x passes through
+// (vmaxps/vminps return their second operand when one is NaN): NaN in, NaN out. Other
+// targets apply 2^n as 2^(n/2) * 2^(n - n/2), two normal factors for n in [-150, 128] whose
+// first product is exact: the same bits. Their NaN lanes are unspecified (ExpF restores
+// them).
+#undef DVM_EXP_KEEPS_NAN  // per target (this file is compiled once for each)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define DVM_EXP_KEEPS_NAN 1
+#else
+#define DVM_EXP_KEEPS_NAN 0
+#endif
+HWY_INLINE VF ExpCore(DF d, VF x) {
+#if DVM_EXP_KEEPS_NAN
+  const VF xc{_mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x.raw))};
+#else
+  const VF xc = hn::Min(hn::Max(x, hn::Set(d, -104.0f)), hn::Set(d, 89.0f));
+#endif
+  const VF n = hn::Round(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)));
+  VF r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), xc);
+  r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187045e-06f), r);
+  VF p = hn::Set(d, 1.9875691500e-4f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 8.3334519073e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 4.1665795894e-2f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
+  p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
+  p = hn::MulAdd(p, hn::Mul(r, r), hn::Add(r, hn::Set(d, 1.0f)));
+#if DVM_EXP_KEEPS_NAN
+  return VF{_mm512_scalef_ps(p.raw, n.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
+  const auto ni = hn::ConvertTo(di, n);
+  const auto n1 = hn::ShiftRight<1>(ni);  // arithmetic: floor(n / 2)
+  const auto bias = hn::Set(di, 127);
+  const VF s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n1, bias)));
+  const VF s2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::Sub(ni, n1), bias)));
+  return hn::Mul(hn::Mul(p, s1), s2);
+#endif
+}
+
+HWY_INLINE VF ExpF(DF d, VF x) {
+  return DVM_EXP_KEEPS_NAN ? ExpCore(d, x) : KeepNaN(x, ExpCore(d, x));
+}
+HWY_INLINE VF Expm1F(DF d, VF x) {
+  VF r = hn::Expm1(d, x);
+  r = hn::IfThenElse(hn::Gt(x, hn::Set(d, 100.0f)), hn::Set(d, HUGE_VALF), r);
+  return KeepNaN(x, r);
+}
+HWY_INLINE VF LogF(DF d, VF x) {
+  VF r = hn::Log(d, x);
+  r = hn::IfThenElse(hn::Eq(x, hn::Set(d, HUGE_VALF)), x, r);
+  r = hn::IfThenElse(hn::Eq(x, hn::Zero(d)), hn::Set(d, -HUGE_VALF), r);
+  r = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Set(d, std::numeric_limits<float>::quiet_NaN()),
+                     r);
+  return KeepNaN(x, r);
+}
+HWY_INLINE VF Log1pF(DF d, VF x) {
+  const VF m1 = hn::Set(d, -1.0f);
+  VF r = hn::Log1p(d, x);
+  r = hn::IfThenElse(hn::Eq(x, hn::Set(d, HUGE_VALF)), x, r);
+  r = hn::IfThenElse(hn::Eq(x, m1), hn::Set(d, -HUGE_VALF), r);
+  r = hn::IfThenElse(hn::Lt(x, m1), hn::Set(d, std::numeric_limits<float>::quiet_NaN()), r);
+  return KeepNaN(x, r);
+}
+
+// sin/cos: Highway is accurate for |x| <= 39000; other rows (rare) use the scalar spec.
+template <bool kSin>
+HWY_INLINE VF SinCosF(DF d, VF x) {
+  const VF r = kSin ? hn::Sin(d, x) : hn::Cos(d, x);
+  const auto ok = hn::Le(hn::Abs(x), hn::Set(d, 39000.0f));
+  if (HWY_LIKELY(hn::AllTrue(d, ok))) return r;
+  HWY_ALIGN float xs[kMaxLanes];
+  HWY_ALIGN float rs[kMaxLanes];
+  hn::Store(x, d, xs);
+  hn::Store(r, d, rs);
+  for (size_t k = 0; k < hn::Lanes(d); ++k) {
+    if (!(std::fabs(xs[k]) <= 39000.0f)) {
+      rs[k] = ops::unary_f32(kSin ? UnaryOp::kSin : UnaryOp::kCos, xs[k]);
+    }
+  }
+  return hn::Load(d, rs);
+}
+
+// sigmoid(x) = 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) for x < 0: e = exp(-|x|) never
+// overflows and the small side keeps its relative accuracy.
+HWY_INLINE VF SigmoidF(DF d, VF x) {
+  const VF one = hn::Set(d, 1.0f);
+  const VF e = ExpCore(d, hn::Neg(hn::Abs(x)));
+  const VF num = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), e, one);
+  return KeepNaN(x, hn::Div(num, hn::Add(one, e)));
+}
+
+// erf / erfc of t = |z|, fitted in f32 (least squares on relative error, Chebyshev nodes):
+//   t < 1:       erf(t) = t * P(t^2)              (P degree 6)
+//   1 <= t < 9.5: erfc(t) = exp(-t^2 + R(u)), u = (t - 5.25) / 4.25   (R degree 12)
+//   t >= 9.5:    erfc(t) = 0 (below the smallest subnormal)
+struct ErfParts {
+  VF erf;   // erf(t)
+  VF erfc;  // erfc(t) = 1 - erf(t), accurate relative to itself for large t
+};
+HWY_INLINE ErfParts ErfAbs(DF d, VF t) {
+  const VF one = hn::Set(d, 1.0f);
+  const VF s = hn::Mul(t, t);
+  VF p = hn::Set(d, 7.898201875e-05f);
+  p = hn::MulAdd(p, s, hn::Set(d, -8.024351555e-04f));
+  p = hn::MulAdd(p, s, hn::Set(d, 5.190053023e-03f));
+  p = hn::MulAdd(p, s, hn::Set(d, -2.685480751e-02f));
+  p = hn::MulAdd(p, s, hn::Set(d, 1.128361225e-01f));
+  p = hn::MulAdd(p, s, hn::Set(d, -3.761262894e-01f));
+  p = hn::MulAdd(p, s, hn::Set(d, 1.128379226e+00f));
+  const VF erf_small = hn::Mul(t, p);
+
+  const VF tc = hn::Min(hn::Max(t, one), hn::Set(d, 9.5f));
+  const VF u = hn::Mul(hn::Sub(tc, hn::Set(d, 5.25f)), hn::Set(d, 1.0f / 4.25f));
+  VF r = hn::Set(d, 4.199608520e-04f);
+  r = hn::MulAdd(r, u, hn::Set(d, -1.536058146e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, 2.502674470e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, -3.643332282e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, 7.049813401e-03f));
+  r = hn::MulAdd(r, u, hn::Set(d, -1.362388022e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, 2.431925386e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, -4.309391975e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, 7.775984704e-02f));
+  r = hn::MulAdd(r, u, hn::Set(d, -1.453500390e-01f));
+  r = hn::MulAdd(r, u, hn::Set(d, 2.965609729e-01f));
+  r = hn::MulAdd(r, u, hn::Set(d, -7.825111747e-01f));
+  r = hn::MulAdd(r, u, hn::Set(d, -2.247976303e+00f));
+  VF e = ExpCore(d, hn::NegMulAdd(tc, tc, r));
+  e = hn::IfThenElseZero(hn::Lt(t, hn::Set(d, 9.5f)), e);
+
+  const auto small = hn::Lt(t, one);
+  ErfParts out;
+  out.erf = hn::IfThenElse(small, erf_small, hn::Sub(one, e));
+  out.erfc = hn::IfThenElse(small, hn::Sub(one, erf_small), e);
+  return out;
+}
+
+HWY_INLINE VF ErfF(DF d, VF x) {
+  const ErfParts p = ErfAbs(d, hn::Abs(x));
+  return KeepNaN(x, hn::CopySign(p.erf, x));
+}
+
+// gelu(x) = x/2 * (1 + erf(x/sqrt2)); for x < 0 that is x/2 * erfc(|x|/sqrt2), which avoids
+// the cancellation of 1 + erf.
+// gelu(x) = x/2 * (1 + erf(x/sqrt2)) = x/2 * (2 - erfc(z)) for x >= 0, x/2 * erfc(z) for
+// x < 0, z = |x|/sqrt2. erfc by the Chebyshev fit of Numerical Recipes (erfcc: fractional
+// error < 1.2e-7 for all z >= 0), one exp and one division: the negative tail keeps its
+// relative accuracy and there is no branch to evaluate twice (2x cheaper than Erf's split).
+HWY_INLINE VF GeluErfF(DF d, VF x) {
+  const VF z = hn::Mul(hn::Abs(x), hn::Set(d, static_cast<float>(kSqrt1_2)));
+  // t = 1 / (1 + z/2) in [0, 1]: the hardware's reciprocal estimate refined by two Newton
+  // steps (relative error ~2^-46 from a 12-bit estimate, below f32 rounding) costs 4 FMAs
+  // where a division blocks the divider for 5+ cycles per vector (3-5% on gelu). The clamp
+  // keeps |x| = inf finite here (the estimate of 1/inf is 0, and 0 * inf is NaN); erfc is 0
+  // long before it.
+  const VF den = hn::Min(hn::MulAdd(hn::Set(d, 0.5f), z, hn::Set(d, 1.0f)), hn::Set(d, 1e30f));
+  VF t = hn::ApproximateReciprocal(den);
+  t = hn::Mul(t, hn::NegMulAdd(den, t, hn::Set(d, 2.0f)));
+  t = hn::Mul(t, hn::NegMulAdd(den, t, hn::Set(d, 2.0f)));
+  VF p = hn::Set(d, 0.17087277f);
+  p = hn::MulAdd(p, t, hn::Set(d, -0.82215223f));
+  p = hn::MulAdd(p, t, hn::Set(d, 1.48851587f));
+  p = hn::MulAdd(p, t, hn::Set(d, -1.13520398f));
+  p = hn::MulAdd(p, t, hn::Set(d, 0.27886807f));
+  p = hn::MulAdd(p, t, hn::Set(d, -0.18628806f));
+  p = hn::MulAdd(p, t, hn::Set(d, 0.09678418f));
+  p = hn::MulAdd(p, t, hn::Set(d, 0.37409196f));
+  p = hn::MulAdd(p, t, hn::Set(d, 1.00002368f));
+  p = hn::MulAdd(p, t, hn::Set(d, -1.26551223f));
+  // The exponent -z^2 + P is large for large |x|: its rounding errors would scale the result
+  // by up to |z^2| ulp. So z^2 = x^2 / 2 is carried as hi + lo (x^2 exact with an FMA), the
+  // sum's rounding error recovered (Fast2Sum: |z^2| >= |P| where it matters), and both
+  // applied as the factor 1 + c (|c| ~ ulp(z^2), so e^c = 1 + c to f32 precision).
+  const VF half = hn::Set(d, 0.5f);
+  const VF x2 = hn::Mul(x, x);
+  const VF nz2 = hn::Mul(hn::Set(d, -0.5f), x2);  // exact
+  const VF arg = hn::Add(nz2, p);
+  VF c = hn::Sub(hn::Add(hn::Sub(nz2, arg), p), hn::Mul(half, hn::MulSub(x, x, x2)));
+  c = hn::IfThenElseZero(hn::IsFinite(nz2), c);  // x^2 = inf: e = 0 and c would be NaN
+  const VF e = ExpCore(d, arg);
+  const VF erfc = hn::Mul(t, hn::MulAdd(e, c, e));
+  const VF half_x = hn::Mul(hn::Set(d, 0.5f), x);
+  const VF factor = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, hn::Sub(hn::Set(d, 2.0f), erfc));
+  return KeepNaN(x, hn::Mul(half_x, factor));
+}
+
+// gelu_tanh(x) = x/2 * (1 + tanh(y)) = x * sigmoid(2y), y = sqrt(2/pi) * (x + 0.044715 x^3).
+HWY_INLINE VF GeluTanhF(DF d, VF x) {
+  const VF x3 = hn::Mul(hn::Mul(x, x), x);
+  const VF y2 = hn::Mul(hn::MulAdd(x3, hn::Set(d, 0.044715f), x),
+                        hn::Set(d, static_cast<float>(2.0 * kSqrt2OverPi)));
+  return hn::Mul(x, SigmoidF(d, y2));
+}
+
+HWY_INLINE VF SignF(DF d, VF x) {
+  const VF zero = hn::Zero(d);
+  const VF r = hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, 1.0f), zero);
+  return hn::IfThenElse(hn::Lt(x, zero), hn::Set(d, -1.0f), r);  // NaN: 0, as the spec
+}
+
+// A 3-D block (rs.outer > 1) as `outer` 2-D calls of `kernel`, each operand moved by its outer
+// stride; returns false for a 2-D block.
+template <class K>
+HWY_INLINE bool SplitOuter(const Rows& rs, K kernel) {
+  if (rs.outer <= 1) return false;
+  Rows one{rs.rows, rs.d, rs.a, rs.b, rs.c};
+  for (int64_t k = 0; k < rs.outer; ++k) kernel(one, k * rs.od, k * rs.oa, k * rs.ob, k * rs.oc);
+  return true;
+}
+
+HWY_INLINE VI MaskToI32(DF d, hn::Mask<DF> m) {
+  const DI di;
+  return hn::And(hn::BitCast(di, hn::VecFromMask(d, m)), hn::Set(di, 1));
+}
+
+// Calls run(f) with the vector op f of add, sub or mul (BinaryF32's commonest ops, and the
+// maps that pair with a row reduction); false, run not called, for other ops.
+template <class Run>
+HWY_INLINE bool WithAddSubMul(BinaryOp op, Run run) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return run([](VF x, VF y) { return hn::Add(x, y); }), true;
+    case BinaryOp::kSub:
+      return run([](VF x, VF y) { return hn::Sub(x, y); }), true;
+    case BinaryOp::kMul:
+      return run([](VF x, VF y) { return hn::Mul(x, y); }), true;
+    default:
+      return false;
+  }
+}
+
+// Calls run(f) with the vector math f of `op` if it is one of the ops that combine with a
+// neighbour in one kernel (the common activations, fused_mul_supported); false otherwise.
+// One list for the pre-op kernels and the fused pairs.
+template <class Run>
+HWY_INLINE bool WithActivation(DF d, UnaryOp op, Run run) {
+  switch (op) {
+    case UnaryOp::kNeg:
+      return run([](VF x) { return hn::Neg(x); }), true;
+    case UnaryOp::kExp:
+      return run([d](VF x) DVM_INL { return ExpF(d, x); }), true;
+    case UnaryOp::kTanh:
+      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); }), true;
+    case UnaryOp::kSigmoid:
+      return run([d](VF x) DVM_INL { return SigmoidF(d, x); }), true;
+    case UnaryOp::kSilu:
+      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); }), true;
+    case UnaryOp::kGeluErf:
+      return run([d](VF x) DVM_INL { return GeluErfF(d, x); }), true;
+    case UnaryOp::kGeluTanh:
+      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); }), true;
+    case UnaryOp::kRelu:
+      return run([d](VF x) DVM_INL { return ReluF(d, x); }), true;
+    default:
+      return false;
+  }
+}
+
+// ---- the exported kernels (HWY_EXPORT in tile_kernels.cc), defined in tile_kernels_*.cc ----
+void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n);
+void FusedMulAddPairF32(const MulAddArgs& x, const MulAddArgs& y, int64_t n);
+void UnaryPreF32(UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc, const float* b,
+                 int binc, int64_t n);
+void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n);
+void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
+               int64_t n);
+void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
+                int64_t n);
+void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, int ainc,
+              const uint32_t* b, int binc, int64_t n);
+void FmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
+            int cinc, int64_t n);
+void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc,
+                 const float* b, int binc, const float* c, int cinc, int64_t n);
+void FusedMulAddF32(bool negate, Rows rs, float* dst, const float* a, int ainc, const float* b,
+                    int binc, const float* p, int pinc, const float* q, int qinc, int64_t n);
+void FusedMulFmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
+                    const float* c, int cinc, const float* e, int einc, int64_t n);
+void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n);
+void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, int binc, int64_t n);
+void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
+                  int64_t cols);
+bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const float* a, int ainc,
+                  const float* b, int binc, const float* c, int cinc, int64_t n, float* out);
+void AccumulateF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n);
+void HalfToF32(DType from, float* dst, const uint16_t* src, int64_t n);
+void F32ToBF16(uint16_t* dst, const float* src, int64_t n);
+void F32ToF16(uint16_t* dst, const float* src, int64_t n);
+void RoundHalfF32(DType t, float* dst, const float* a, int64_t n);
+int64_t TargetId();
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dvm::vm::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // DVM_VM_CPU_TILE_KERNELS_INL_H_

@@ -1,0 +1,486 @@
+// Tile kernels (see tile_kernels.h), compiled once per Highway target: row reductions and dot
+// products, a map with the reduction of its result, column accumulation, transposed copies and
+// f16/bf16 conversions.
+#include "vm/cpu/kernel_targets.h"  // first: before any Highway header
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "vm/cpu/tile_kernels_reduce.cc"
+// clang-format off
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+// clang-format on
+
+#include "vm/cpu/tile_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dvm::vm::cpu {
+namespace HWY_NAMESPACE {
+
+// ------------------------------------------------------------------------------------------
+// f32 reductions: four independent accumulators over full vectors, the tail padded with the
+// identity, then a fixed-order fold of the lanes. Deterministic for a given n and target.
+
+// The lanes of v combined as a balanced tree (lane k with lane k + N/2, then k + N/4, ...):
+// a fixed order, and log2(N) dependent steps instead of N - 1. Through memory: the rare ops.
+template <class C>
+HWY_INLINE float FoldLanes(DF d, VF v, C comb) {
+  constexpr int64_t kMax = static_cast<int64_t>(kMaxLanes);
+  HWY_ALIGN float lanes[kMax];
+  hn::Store(v, d, lanes);
+  for (int64_t w = static_cast<int64_t>(hn::Lanes(d)) / 2; w >= 1; w /= 2)
+    for (int64_t k = 0; k < w; ++k) lanes[k] = comb(lanes[k], lanes[k + w]);
+  return lanes[0];
+}
+
+// Sum / max / min of the lanes in registers (a fixed shuffle tree per target). Max and min
+// return the first NaN lane if there is one (the shuffles would drop it).
+HWY_INLINE float FoldSum(DF d, VF v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+HWY_INLINE float FirstNaN(DF d, VF v) {
+  HWY_ALIGN float lanes[kMaxLanes];
+  hn::Store(v, d, lanes);
+  for (size_t k = 0; k < hn::Lanes(d); ++k)
+    if (std::isnan(lanes[k])) return lanes[k];
+  return lanes[0];
+}
+HWY_INLINE float FoldMax(DF d, VF v) {
+  if (HWY_UNLIKELY(!hn::AllFalse(d, hn::IsNaN(v)))) return FirstNaN(d, v);
+  return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+HWY_INLINE float FoldMin(DF d, VF v) {
+  if (HWY_UNLIKELY(!hn::AllFalse(d, hn::IsNaN(v)))) return FirstNaN(d, v);
+  return hn::GetLane(hn::MinOfLanes(d, v));
+}
+
+// Reduces one row: four vector accumulators over full vectors, the tail's missing lanes set
+// to the identity, then `fold` (vector -> float). `f` combines vectors.
+template <class F, class Fold>
+HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float identity, F f,
+                              Fold fold) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF id = hn::Set(d, identity);
+  const VF bcast = hn::Set(d, a[0]);
+  const auto load = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : bcast; };
+  VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    acc0 = f(acc0, load(i));
+    acc1 = f(acc1, load(i + N));
+    acc2 = f(acc2, load(i + 2 * N));
+    acc3 = f(acc3, load(i + 3 * N));
+  }
+  for (; i + N <= n; i += N) acc0 = f(acc0, load(i));
+  if (i < n) {
+    const int64_t m = n - i;
+    const VF x = ainc ? LoadTail(d, a + i, m) : bcast;
+    acc1 = f(acc1, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(m)), x, id));
+  }
+  return fold(f(f(acc0, acc1), f(acc2, acc3)));
+}
+
+// Rows in order: an accumulator shared by several rows (row stride 0) combines them in turn.
+void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n) {
+  if (n <= 0) return;
+  const DF d;
+  const float id = reduce_identity<float>(op);
+  const auto run = [&](auto f, auto fold) {
+    for (int64_t r = 0; r < rs.rows; ++r) {
+      float* ar = acc + r * rs.d;
+      *ar = reduce_combine_f32(op, *ar, ReduceRowVec(d, a + r * rs.a, ainc, n, id, f, fold));
+    }
+  };
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return run([](VF x, VF y) { return hn::Add(x, y); }, [d](VF v) { return FoldSum(d, v); });
+    case ReduceOp::kProd:
+      return run([](VF x, VF y) { return hn::Mul(x, y); },
+                 [d](VF v) { return FoldLanes(d, v, [](float x, float y) { return x * y; }); });
+    case ReduceOp::kMax:
+    case ReduceOp::kArgMax:
+      return run([](VF x, VF y) { return NanMax(x, y); }, [d](VF v) { return FoldMax(d, v); });
+    case ReduceOp::kMin:
+    case ReduceOp::kArgMin:
+      return run([](VF x, VF y) { return NanMin(x, y); }, [d](VF v) { return FoldMin(d, v); });
+  }
+}
+
+// *acc += sum a[i] * b[i], four vector accumulators combined in a fixed order. kSquare: b is
+// a (same pointer and increment), so each vector is loaded once (the L1 load ports, not the
+// FMAs, bound this loop).
+template <bool kSquare>
+HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const float* b, int binc,
+                          int64_t n) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF ba = hn::Set(d, a[0]), bb = hn::Set(d, b[0]);
+  const auto la = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : ba; };
+  const auto lb = [&](int64_t i) { return binc ? hn::LoadU(d, b + i) : bb; };
+  const auto sq = [&](VF x, int64_t i, VF s) {
+    if constexpr (kSquare) return hn::MulAdd(x, x, s);
+    return hn::MulAdd(x, lb(i), s);
+  };
+  VF acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    acc0 = sq(la(i), i, acc0);
+    acc1 = sq(la(i + N), i + N, acc1);
+    acc2 = sq(la(i + 2 * N), i + 2 * N, acc2);
+    acc3 = sq(la(i + 3 * N), i + 3 * N, acc3);
+  }
+  for (; i + N <= n; i += N) acc0 = sq(la(i), i, acc0);
+  if (i < n) {  // missing lanes are 0 * 0 (a broadcast inf must not make 0 * inf = NaN)
+    const int64_t m = n - i;
+    const auto live = hn::FirstN(d, static_cast<size_t>(m));
+    const VF xa = ainc ? LoadTail(d, a + i, m) : hn::IfThenElseZero(live, ba);
+    const VF xb = binc ? LoadTail(d, b + i, m) : hn::IfThenElseZero(live, bb);
+    acc1 = hn::MulAdd(xa, xb, acc1);
+  }
+  acc0 = hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3));
+  *acc += FoldSum(d, acc0);
+}
+
+void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
+  if (n <= 0) return;
+  const DF d;
+  if (a == b && ainc == binc && rs.a == rs.b) {  // a sum of squares: each vector loaded once
+    for (int64_t r = 0; r < rs.rows; ++r)
+      DotRowOne<true>(d, acc + r * rs.d, a + r * rs.a, ainc, a + r * rs.a, ainc, n);
+    return;
+  }
+  for (int64_t r = 0; r < rs.rows; ++r)
+    DotRowOne<false>(d, acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
+}
+
+// A map and the row reduction of its result in one pass (cpu::map_reduce_f32_rows): y = f(a,
+// b, c) stored as the map kernels store it, and per row out[r] = the reduction of y with
+// exactly ReduceRowVec's (kRowSum, kRowMax) or DotRowOne's (kRowSumSquares) accumulators,
+// tail and fold, so the same bits as the two instructions apart, without loading y again.
+// row(r) gives row r's map: y(i, m), the vector at column i (m < 0: a full vector, else its
+// first m lanes, the others unspecified).
+template <class Row, class Step, class Merge, class Tail, class Fold>
+HWY_INLINE void MapReduceGrid(DF d, const Rows& rs, float* dst, int64_t n, float* out, VF id,
+                              Row row, Step step, Merge merge, Tail tail, Fold fold) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < rs.rows; ++r) {
+    float* dr = dst + r * rs.d;
+    const auto y = row(r);
+    VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
+    int64_t i = 0;
+    for (; i + 4 * N <= n; i += 4 * N) {
+      const VF y0 = y(i, -1), y1 = y(i + N, -1), y2 = y(i + 2 * N, -1), y3 = y(i + 3 * N, -1);
+      hn::StoreU(y0, d, dr + i);
+      hn::StoreU(y1, d, dr + i + N);
+      hn::StoreU(y2, d, dr + i + 2 * N);
+      hn::StoreU(y3, d, dr + i + 3 * N);
+      acc0 = step(acc0, y0);
+      acc1 = step(acc1, y1);
+      acc2 = step(acc2, y2);
+      acc3 = step(acc3, y3);
+    }
+    for (; i + N <= n; i += N) {
+      const VF y0 = y(i, -1);
+      hn::StoreU(y0, d, dr + i);
+      acc0 = step(acc0, y0);
+    }
+    if (i < n) {
+      const int64_t m = n - i;
+      const VF yt = y(i, m);
+      StoreTail(yt, d, dr + i, m);
+      acc1 = step(acc1, tail(hn::FirstN(d, static_cast<size_t>(m)), yt));
+    }
+    out[r] = fold(merge(merge(acc0, acc1), merge(acc2, acc3)));
+  }
+}
+
+// Row maps for MapReduceGrid: a contiguous; b and c contiguous (kB, kC) or one value per row.
+template <bool kB, bool kC, class F>
+HWY_INLINE auto RowMap(DF d, const Rows& rs, const float* a, const float* b, const float* c, F f) {
+  return [=](int64_t r) DVM_INL {
+    const float* ar = a + r * rs.a;
+    const float* br = b + r * rs.b;
+    const float* cr = c + r * rs.c;
+    const VF vb = hn::Set(d, br[0]), vc = hn::Set(d, cr[0]);
+    return [=](int64_t i, int64_t m) DVM_INL {
+      const auto ld = [&](const float* p)
+                          DVM_INL { return m < 0 ? hn::LoadU(d, p + i) : LoadTail(d, p + i, m); };
+      return f(ld(ar), kB ? ld(br) : vb, kC ? ld(cr) : vc);
+    };
+  };
+}
+
+// The reduction half of MapReduceF32: accumulators, tail lanes and fold of `red`, over the
+// row map `row`.
+template <class Row>
+HWY_INLINE bool MapReduceWith(DF d, int red, const Rows& rs, float* dst, int64_t n, float* out,
+                              Row row) {
+  const auto add = [](VF x, VF y) { return hn::Add(x, y); };
+  switch (red) {
+    case kRowSum: {
+      const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kSum));
+      MapReduceGrid(
+          d, rs, dst, n, out, id, row, add, add,
+          [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
+          [d](VF v) { return FoldSum(d, v); });
+      return true;
+    }
+    case kRowMax: {
+      const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kMax));
+      const auto mx = [](VF x, VF y) { return NanMax(x, y); };
+      MapReduceGrid(
+          d, rs, dst, n, out, id, row, mx, mx,
+          [id](auto live, VF y) { return hn::IfThenElse(live, y, id); },
+          [d](VF v) { return FoldMax(d, v); });
+      return true;
+    }
+    case kRowSumSquares:
+      MapReduceGrid(
+          d, rs, dst, n, out, hn::Zero(d), row, [](VF s, VF y) { return hn::MulAdd(y, y, s); }, add,
+          [](auto live, VF y) { return hn::IfThenElseZero(live, y); },
+          [d](VF v) { return FoldSum(d, v); });
+      return true;
+    default:
+      return false;
+  }
+}
+
+// kind 0: y = a + b, a - b or a * b (BinaryOp op); kind 1: y = exp(a + b) / exp(a - b) (pre 1 /
+// 2); kind 2: y = a * b + c (fma; c contiguous). Returns false, having done nothing, for other
+// ops and operand forms.
+bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const float* a, int ainc,
+                  const float* b, int binc, const float* c, int cinc, int64_t n, float* out) {
+  if (rs.outer > 1 || n <= 0 || ainc != 1 || (binc != 0 && binc != 1)) return false;
+  const DF d;
+  // Two sources: c unused (a stands in, so that its first element can be read).
+  const auto run = [&](auto f) {
+    const auto g = [f](VF x, VF y, VF) DVM_INL { return f(x, y); };
+    Rows two = rs;
+    two.c = rs.a;
+    return binc ? MapReduceWith(d, red, two, dst, n, out, RowMap<true, false>(d, two, a, b, a, g))
+                : MapReduceWith(d, red, two, dst, n, out, RowMap<false, false>(d, two, a, b, a, g));
+  };
+  if (kind == 0) {
+    bool done = false;
+    WithAddSubMul(static_cast<BinaryOp>(op), [&](auto f) { done = run(f); });
+    return done;
+  }
+  if (kind == 1 && static_cast<UnaryOp>(op) == UnaryOp::kExp) {
+    if (pre == 1) return run([d](VF x, VF y) DVM_INL { return ExpF(d, hn::Add(x, y)); });
+    if (pre == 2) return run([d](VF x, VF y) DVM_INL { return ExpF(d, hn::Sub(x, y)); });
+  }
+  if (kind == 2 && cinc == 1) {  // softmax's scores * scale + mask
+    const auto f = [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); };
+    return binc ? MapReduceWith(d, red, rs, dst, n, out, RowMap<true, true>(d, rs, a, b, c, f))
+                : MapReduceWith(d, red, rs, dst, n, out, RowMap<false, true>(d, rs, a, b, c, f));
+  }
+  return false;
+}
+
+// acc[i] = combine(acc[i], a[r][i]) for rows r in order, a contiguous along the row (row
+// stride rs.a). The accumulator stays in registers across the rows (four vectors at a time):
+// one load and store of it per block instead of per row; the same order, so the same bits.
+template <class F>
+HWY_INLINE void AccumulateRowGroup(DF d, const Rows& rs, float* acc, const float* a, int64_t n,
+                                   F f);
+
+// Many rows go in groups of kAccumulateGroup, each group over all columns: the rows stream
+// through L1 in memory order (a column block over all rows would walk them 4 KiB apart), and
+// acc is loaded and stored once per group. Rows combine into acc in row order either way.
+constexpr int64_t kAccumulateGroup = 8;
+
+template <class F>
+HWY_INLINE void AccumulateRows(DF d, const Rows& rs, float* acc, const float* a, int64_t n, F f) {
+  for (int64_t r = 0; r < rs.rows; r += kAccumulateGroup) {
+    Rows g = rs;
+    g.rows = std::min(kAccumulateGroup, rs.rows - r);
+    AccumulateRowGroup(d, g, acc, a + r * rs.a, n, f);
+  }
+}
+
+template <class F>
+HWY_INLINE void AccumulateRowGroup(DF d, const Rows& rs, float* acc, const float* a, int64_t n,
+                                   F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    VF v0 = hn::LoadU(d, acc + i), v1 = hn::LoadU(d, acc + i + N);
+    VF v2 = hn::LoadU(d, acc + i + 2 * N), v3 = hn::LoadU(d, acc + i + 3 * N);
+    for (int64_t r = 0; r < rs.rows; ++r) {
+      const float* ar = a + r * rs.a + i;
+      v0 = f(v0, hn::LoadU(d, ar));
+      v1 = f(v1, hn::LoadU(d, ar + N));
+      v2 = f(v2, hn::LoadU(d, ar + 2 * N));
+      v3 = f(v3, hn::LoadU(d, ar + 3 * N));
+    }
+    hn::StoreU(v0, d, acc + i);
+    hn::StoreU(v1, d, acc + i + N);
+    hn::StoreU(v2, d, acc + i + 2 * N);
+    hn::StoreU(v3, d, acc + i + 3 * N);
+  }
+  for (; i < n; i += N) {
+    const int64_t m = std::min(N, n - i);
+    VF v = LoadTail(d, acc + i, m);
+    for (int64_t r = 0; r < rs.rows; ++r) v = f(v, LoadTail(d, a + r * rs.a + i, m));
+    StoreTail(v, d, acc + i, m);
+  }
+}
+
+void AccumulateF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n) {
+  const DF d;
+  const auto run = [&](auto f) {
+    if (ainc == 1) return AccumulateRows(d, rs, acc, a, n, f);
+    for (int64_t r = 0; r < rs.rows; ++r)  // a broadcast row: rare
+      Map2Rows(d, d, Rows{}, acc, acc, 1, a + r * rs.a, ainc, n, f);
+  };
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return run([](VF x, VF y) { return hn::Add(x, y); });
+    case ReduceOp::kProd:
+      return run([](VF x, VF y) { return hn::Mul(x, y); });
+    case ReduceOp::kMax:
+    case ReduceOp::kArgMax:
+      return run([](VF x, VF y) { return NanMax(x, y); });
+    case ReduceOp::kMin:
+    case ReduceOp::kArgMin:
+      return run([](VF x, VF y) { return NanMin(x, y); });
+  }
+}
+
+// dst[r * drs + c] = src[c * scs + r] for r < rows, c < cols: a transposed copy (a tile read
+// from, or written to, memory that is contiguous along the tile's rows). 8 x 8 blocks go
+// through registers (eight 8-lane loads, 24 shuffles, eight stores) on targets with 256-bit
+// vectors; the edges and other targets copy element by element.
+void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
+                  int64_t cols) {
+  int64_t r0 = 0, c0 = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const hn::Full256<float> d8;
+  const hn::Full256<double> d64;
+  const auto il64 = [&](hn::Vec256<float> a, hn::Vec256<float> b) {
+    return hn::BitCast(d8, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  const auto iu64 = [&](hn::Vec256<float> a, hn::Vec256<float> b) {
+    return hn::BitCast(d8, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t c = 0; c < cols8; c += 8) {
+    for (int64_t r = 0; r < rows8; r += 8) {
+      // v[k]: source column c + k (8 consecutive rows r..r+7), i.e. tile column c + k.
+      hn::Vec256<float> v[8];
+      for (int k = 0; k < 8; ++k) v[k] = hn::LoadU(d8, src + (c + k) * scs + r);
+      hn::Vec256<float> t[8], u[8];
+      for (int k = 0; k < 8; k += 2) {
+        t[k] = hn::InterleaveLower(d8, v[k], v[k + 1]);
+        t[k + 1] = hn::InterleaveUpper(d8, v[k], v[k + 1]);
+      }
+      for (int k = 0; k < 8; k += 4) {
+        u[k] = il64(t[k], t[k + 2]);
+        u[k + 1] = iu64(t[k], t[k + 2]);
+        u[k + 2] = il64(t[k + 1], t[k + 3]);
+        u[k + 3] = iu64(t[k + 1], t[k + 3]);
+      }
+      // u[j] (j < 4) holds elements j and j + 4 of source columns c..c+3, u[j + 4] of c+4..c+7.
+      for (int j = 0; j < 4; ++j) {
+        hn::StoreU(hn::ConcatLowerLower(d8, u[j + 4], u[j]), d8, dst + (r + j) * drs + c);
+        hn::StoreU(hn::ConcatUpperUpper(d8, u[j + 4], u[j]), d8, dst + (r + j + 4) * drs + c);
+      }
+    }
+  }
+  r0 = rows8;
+  c0 = cols8;
+#endif
+  // The edges: the last rows of the blocked columns, then the last columns.
+  for (int64_t c = 0; c < c0; ++c)
+    for (int64_t r = r0; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+  for (int64_t c = c0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+}
+
+int64_t TargetId() {
+  return HWY_TARGET;
+}
+
+// f16 / bf16 storage -> f32, n contiguous elements: exact conversions (bf16 is the high half
+// of an f32; f16 widens exactly, F16C where the target has it).
+void HalfToF32(DType from, float* dst, const uint16_t* src, int64_t n) {
+  const DF d;
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::Rebind<uint32_t, DF> du32;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  if (from == DType::kBF16) {
+    for (; i + lanes <= n; i += lanes) {
+      const auto u = hn::PromoteTo(du32, hn::LoadU(du16, src + i));
+      hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(u)), d, dst + i);
+    }
+    for (; i < n; ++i) dst[i] = bf16_bits_to_f32(src[i]);
+    return;
+  }
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
+  for (; i + lanes <= n; i += lanes)
+    hn::StoreU(hn::PromoteTo(d, hn::LoadU(df16, h + i)), d, dst + i);
+  for (; i < n; ++i) dst[i] = f16_bits_to_f32(src[i]);
+}
+
+// f32 -> bf16 storage, n contiguous elements, exactly as ops::f32_to_bf16_bits: round to
+// nearest even, NaN kept quiet. (Highway 1.0's DemoteTo to bf16 truncates, so it is done
+// here with integer ops.)
+void F32ToBF16(uint16_t* dst, const float* src, int64_t n) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto u = hn::BitCast(du, hn::LoadU(d, src + i));
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
+    // |x| bits > inf bits: NaN (both sides non-negative, so a signed compare is exact).
+    const auto is_nan =
+        hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7FFFFFFFu))), hn::Set(di, 0x7F800000));
+    const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+    const auto r = hn::IfThenElse(hn::RebindMask(du, is_nan), quiet, rounded);
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = f32_to_bf16_bits(src[i]);
+}
+
+// f32 -> f16 storage bits, n contiguous elements, exactly as ops::f32_to_f16_bits (round to
+// nearest even, subnormals, overflow to inf, NaN kept quiet). Vectorised only where the target
+// converts in hardware (F16C: Highway's AVX2 and AVX-512 targets); Highway 1.0's software
+// fallback truncates, so other targets use the scalar spec.
+void F32ToF16(uint16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+  const DF d;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  auto* h = reinterpret_cast<hwy::float16_t*>(dst);
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (; i + lanes <= n; i += lanes)
+    hn::StoreU(hn::DemoteTo(df16, hn::LoadU(d, src + i)), df16, h + i);
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16_bits(src[i]);
+}
+
+// x rounded to f16 (or bf16) and widened back to f32, n contiguous elements: the value a
+// half-precision cast holds (ops::round_f16 / round_bf16).
+void RoundHalfF32(DType t, float* dst, const float* a, int64_t n) {
+  constexpr int64_t kStrip = 1024;
+  HWY_ALIGN uint16_t bits[kStrip];
+  for (int64_t i = 0; i < n; i += kStrip) {
+    const int64_t m = std::min(kStrip, n - i);
+    if (t == DType::kF16) {
+      F32ToF16(bits, a + i, m);
+    } else {
+      F32ToBF16(bits, a + i, m);
+    }
+    HalfToF32(t, dst + i, bits, m);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dvm::vm::cpu
+HWY_AFTER_NAMESPACE();

@@ -1,0 +1,155 @@
+// Tile kernels (see tile_kernels.h), compiled once per Highway target: unary math and its
+// predicates, binary math, activations folded with a preceding add/sub (UnaryPreF32).
+#include "vm/cpu/kernel_targets.h"  // first: before any Highway header
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "vm/cpu/tile_kernels_unary.cc"
+// clang-format off
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+// clang-format on
+
+#include "vm/cpu/tile_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dvm::vm::cpu {
+namespace HWY_NAMESPACE {
+
+// Floor/Ceil/Round/Trunc keep the sign of x (-0 stays -0 also where an emulated target
+// loses it).
+void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t, int64_t) {
+        UnaryF32(op, one, dst + od, a + oa, ainc, n);
+      }))
+    return;
+  const DF d;
+  const auto run = [&](auto f) { Map1Rows(d, d, rs, dst, a, ainc, n, f); };
+  switch (op) {
+    case UnaryOp::kNeg:
+      return run([](VF x) { return hn::Neg(x); });
+    case UnaryOp::kAbs:
+      return run([](VF x) { return hn::Abs(x); });
+    case UnaryOp::kExp:
+      return run([d](VF x) DVM_INL { return ExpF(d, x); });
+    case UnaryOp::kLog:
+      return run([d](VF x) DVM_INL { return LogF(d, x); });
+    case UnaryOp::kLog1p:
+      return run([d](VF x) DVM_INL { return Log1pF(d, x); });
+    case UnaryOp::kExpm1:
+      return run([d](VF x) DVM_INL { return Expm1F(d, x); });
+    case UnaryOp::kSqrt:
+      return run([](VF x) { return hn::Sqrt(x); });
+    case UnaryOp::kRsqrt:
+      return run([d](VF x) DVM_INL { return hn::Div(hn::Set(d, 1.0f), hn::Sqrt(x)); });
+    case UnaryOp::kReciprocal:
+      return run([d](VF x) DVM_INL { return hn::Div(hn::Set(d, 1.0f), x); });
+    case UnaryOp::kTanh:
+      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); });
+    case UnaryOp::kSigmoid:
+      return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
+    case UnaryOp::kRelu:
+      return run([d](VF x) DVM_INL { return ReluF(d, x); });
+    case UnaryOp::kGeluErf:
+      return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
+    case UnaryOp::kGeluTanh:
+      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
+    case UnaryOp::kSilu:
+      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); });
+    case UnaryOp::kErf:
+      return run([d](VF x) DVM_INL { return ErfF(d, x); });
+    case UnaryOp::kSin:
+      return run([d](VF x) DVM_INL { return SinCosF<true>(d, x); });
+    case UnaryOp::kCos:
+      return run([d](VF x) DVM_INL { return SinCosF<false>(d, x); });
+    case UnaryOp::kFloor:
+      return run([](VF x) { return hn::CopySign(hn::Floor(x), x); });
+    case UnaryOp::kCeil:
+      return run([](VF x) { return hn::CopySign(hn::Ceil(x), x); });
+    case UnaryOp::kRound:
+      return run([](VF x) { return hn::CopySign(hn::Round(x), x); });
+    case UnaryOp::kTrunc:
+      return run([](VF x) { return hn::CopySign(hn::Trunc(x), x); });
+    case UnaryOp::kSign:
+      return run([d](VF x) DVM_INL { return SignF(d, x); });
+    case UnaryOp::kIsFinite:
+    case UnaryOp::kIsNan:
+    case UnaryOp::kLogicalNot:
+      for (int64_t r = 0; r < rs.rows; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          dst[r * rs.d + i] = ops::unary_f32(op, a[r * rs.a + (ainc ? i : 0)]);
+      return;
+  }
+}
+
+void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n) {
+  const DF d;
+  const DI di;
+  switch (op) {
+    case UnaryOp::kIsFinite:
+      return Map1Rows(di, d, Rows{}, dst, a, ainc, n,
+                      [d](VF x) { return MaskToI32(d, hn::IsFinite(x)); });
+    case UnaryOp::kIsNan:
+      return Map1Rows(di, d, Rows{}, dst, a, ainc, n,
+                      [d](VF x) { return MaskToI32(d, hn::IsNaN(x)); });
+    case UnaryOp::kLogicalNot:
+      return Map1Rows(di, d, Rows{}, dst, a, ainc, n,
+                      [d](VF x) { return MaskToI32(d, hn::Eq(x, hn::Zero(d))); });
+    default:
+      for (int64_t i = 0; i < n; ++i) dst[i] = ops::predicate_f32(op, a[ainc ? i : 0]);
+  }
+}
+
+void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
+               int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
+        BinaryF32(op, one, dst + od, a + oa, ainc, b + ob, binc, n);
+      }))
+    return;
+  const DF d;
+  const auto run = [&](auto f) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, f); };
+  if (WithAddSubMul(op, run)) return;
+  switch (op) {
+    case BinaryOp::kDiv:
+      return run([](VF x, VF y) { return hn::Div(x, y); });
+    case BinaryOp::kMaximum:
+      return run([](VF x, VF y) { return NanMax(x, y); });
+    case BinaryOp::kMinimum:
+      return run([](VF x, VF y) { return NanMin(x, y); });
+    case BinaryOp::kPow:
+      // pow(x, 2) rounds x*x exactly like the double spec; other exponents stay exact.
+      if (binc == 0 && rs.b == 0 && b[0] == 2.0f)
+        return run([](VF x, VF) { return hn::Mul(x, x); });
+      [[fallthrough]];
+    default:
+      for (int64_t r = 0; r < rs.rows; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          dst[r * rs.d + i] =
+              ops::binary_f32(op, a[r * rs.a + (ainc ? i : 0)], b[r * rs.b + (binc ? i : 0)]);
+  }
+}
+
+// dst[i] = op(a[i] + b[i]) (pre 1) or op(a[i] - b[i]) (pre 2): the add/sub stays in a vector
+// register instead of making its own pass over the tile; the same bits as the two ops apart.
+void UnaryPreF32(UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc, const float* b,
+                 int binc, int64_t n) {
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
+        UnaryPreF32(op, pre, one, dst + od, a + oa, ainc, b + ob, binc, n);
+      }))
+    return;
+  const DF d;
+  const auto map = [&](auto g) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, g); };
+  const auto run = [&](auto f) {
+    if (pre == 1) {
+      map([&](VF x, VF y) DVM_INL { return f(hn::Add(x, y)); });
+    } else {
+      map([&](VF x, VF y) DVM_INL { return f(hn::Sub(x, y)); });
+    }
+  };
+  if (WithActivation(d, op, run)) return;
+  BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, rs, dst, a, ainc, b, binc, n);
+  UnaryF32(op, Rows{rs.rows, rs.d, rs.d, 0, 0}, dst, dst, 1, n);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dvm::vm::cpu
+HWY_AFTER_NAMESPACE();
