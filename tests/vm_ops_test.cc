@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "encoder/encoder.h"
 #include "vm/interpreter.h"
 #include "vm_test_util.h"
 
@@ -1329,6 +1330,91 @@ TEST(VmChainHalfLoads, MatchReference) {
   auto text = ck->disassemble(ins, outs);
   ASSERT_TRUE(text.is_ok());
   EXPECT_NE(text->find("    load.f32"), std::string::npos) << *text;  // a load in a chain
+}
+
+// The chain plans of `k`'s programs for inputs `in` (outputs `out`): how many members read an
+// f16/bf16 load's memory themselves, and how many write an f16/bf16 store's memory themselves.
+std::pair<int, int> half_members(const Kernel& k, const std::vector<Buffer>& in,
+                                 const std::vector<Buffer>& out) {
+  std::vector<TensorArg> ia = args_of(in), oa = args_of(out);
+  ir::Binding binding;
+  EXPECT_TRUE(ir::bind_shapes(k.def(), ia, &binding).is_ok());
+  enc::EncodedKernel ek;
+  enc::EncodeOptions eo;
+  eo.target = &vm::cpu_target();
+  EXPECT_TRUE(enc::encode(k.def(), binding, ia, oa, eo, &ek).is_ok());
+  std::pair<int, int> n{0, 0};
+  for (const bc::Program& p : ek.programs) {
+    const auto lp = vm::load(p);
+    for (const vm::LoadedProgram::HalfPlan& h : lp->chain_half) {
+      n.first += h.load >= 0;
+      n.second += h.store >= 0;
+    }
+  }
+  return n;
+}
+
+// Converting loads and stores that run inside the member that consumes or produces their
+// value (LoadedProgram::chain_half, cpu::half_map_f32_rows): activations, add/sub/mul (a
+// commutative op's half operand on either side), fma, f16 and bf16 on either side, broadcast
+// operands, tails, many rows. Strided (transposed) memory keeps the strip path.
+TEST(VmChainHalfKernels, MatchReference) {
+  struct Case {
+    const char* name;
+    DType in_t, out_t;
+    std::function<Value(KernelBuilder&, Value, Value, Value)> body;  // x (half), row, col
+    int loads, stores;  // the members that run a load or a store inside (contiguous inputs)
+  };
+  const std::vector<Case> cases = {
+      {"fma", DType::kBF16, DType::kF32,
+       [](KernelBuilder& kb, Value x, Value, Value) {
+         return kb.binary(BinaryOp::kAdd, kb.binary(BinaryOp::kMul, x, 2.0), 1.0);
+       },
+       1, 0},
+      {"gelu", DType::kF16, DType::kF16,
+       [](KernelBuilder& kb, Value x, Value, Value) { return kb.unary(UnaryOp::kGeluErf, x); }, 1,
+       1},
+      {"silu", DType::kBF16, DType::kBF16,
+       [](KernelBuilder& kb, Value x, Value, Value) { return kb.unary(UnaryOp::kSilu, x); }, 1, 1},
+      {"mul_col", DType::kBF16, DType::kBF16,
+       [](KernelBuilder& kb, Value x, Value, Value c) { return kb.mul(x, c); }, 1, 1},
+      {"col_plus_x", DType::kF16, DType::kF32,
+       [](KernelBuilder& kb, Value x, Value, Value c) { return kb.add(c, x); }, 1, 0},
+      {"row_minus_x", DType::kF16, DType::kF16,
+       [](KernelBuilder& kb, Value x, Value r, Value) { return kb.sub(r, x); }, 0, 0},
+      {"x_minus_row", DType::kBF16, DType::kF32,
+       [](KernelBuilder& kb, Value x, Value r, Value) { return kb.sub(x, r); }, 1, 0},
+      {"affine_store", DType::kF32, DType::kBF16,
+       [](KernelBuilder& kb, Value x, Value r, Value c) {
+         return kb.add(kb.mul(x, c), r);  // one fma, stored as bf16
+       },
+       0, 1},
+  };
+  std::mt19937 rng(61);
+  for (const Case& cs : cases) {
+    KernelBuilder kb(cs.name);
+    Dim R = kb.symbol("R"), C = kb.symbol("C");
+    Value x = kb.cast(kb.load("x", cs.in_t, {R, C}), DType::kF32);
+    Value r = kb.load("r", DType::kF32, {R, 1});
+    Value c = kb.load("c", DType::kF32, {C});
+    kb.store("y", cs.body(kb, x, r, c), cs.out_t);
+    BUILD(kb, k);
+    for (bool transposed : {false, true}) {
+      for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, 3}, {1, 1}, {3, 7}, {17, 33}, {5, 1100}, {2, 40000}, {300, 64}}) {
+        std::vector<Buffer> in = {make_buffer(cs.in_t, {rows, cols}, rng, transposed, 1),
+                                  make_buffer(DType::kF32, {rows, 1}, rng),
+                                  make_buffer(DType::kF32, {cols}, rng)};
+        const std::string what = std::string(cs.name) + " " + std::to_string(rows) + "x" +
+                                 std::to_string(cols) + (transposed ? " transposed" : "");
+        check(k, in, {.tol = Tol::kTrans, .outs = {Out::kContig}, .what = what});
+        if (transposed || rows < 3) continue;
+        auto [loads, stores] = half_members(k, in, {make_buffer(cs.out_t, {rows, cols}, rng)});
+        EXPECT_EQ(loads, cs.loads) << what;
+        EXPECT_EQ(stores, cs.stores) << what;
+      }
+    }
+  }
 }
 
 TEST(VmLarge, BinaryBroadcastF16StridedOut) {

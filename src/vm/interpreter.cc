@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -683,6 +684,38 @@ void BlockRunner::run_chain_impl(int32_t pc, const ChainOps& ops, int64_t first,
         for (int i = 0; i < k; ++i) {
           const Instr& in = body[i];
           const ChainOperand* o = ops[i];
+          const LoadedProgram::HalfPlan& hp = lp_.chain_half[pc + 1 + i];
+          if (hp.absorbed) continue;  // a load or store that another member's kernel runs
+          if (hp.load >= 0 || hp.store >= 0) {
+            // The op reads its f16/bf16 source and/or writes its f16/bf16 result itself.
+            const int kind = in.op == bc::Opcode::kFma ? 2 : bc::is_binary(in.op) ? 1 : 0;
+            const ChainOperand& a = hp.load >= 0 ? ops[hp.load][1] : o[hp.swap ? 2 : 1];
+            const ChainOperand& b = o[hp.swap ? 1 : 2];
+            const ChainOperand& c = o[3];
+            const ChainOperand& dst = hp.store >= 0 ? ops[hp.store][0] : o[0];
+            cpu::HalfMapArgs m;
+            m.kind = kind;
+            m.op = kind == 0   ? static_cast<int>(bc::unary_of(in.op))
+                   : kind == 1 ? static_cast<int>(bc::binary_of(in.op))
+                               : 0;
+            m.a_type = hp.load >= 0 ? p_.descs[body[hp.load].a.index].dtype : DType::kF32;
+            m.d_type = hp.store >= 0 ? p_.descs[body[hp.store].d.index].dtype : DType::kF32;
+            m.rows = cpu::Rows{nb, rs(dst), rs(a), kind >= 1 ? rs(b) : 0, kind == 2 ? rs(c) : 0};
+            m.rows.outer = nt;
+            m.rows.od = os(dst);
+            m.rows.oa = os(a);
+            m.rows.ob = kind >= 1 ? os(b) : 0;
+            m.rows.oc = kind == 2 ? os(c) : 0;
+            m.dst = at(dst);
+            m.a = at(a);
+            if (kind >= 1) m.b = at(b), m.binc = inc(b);
+            if (kind == 2) m.c = at(c), m.cinc = inc(c);
+            m.n = n;
+            const bool ran = cpu::half_map_f32_rows(m);  // plan_half admits only its forms
+            assert(ran);
+            (void)ran;
+            continue;
+          }
           const int fuse = lp_.chain_fuse[pc + 1 + i];
           if (fuse == LoadedProgram::kFuseMulFma || fuse == LoadedProgram::kFuseNegMulFma) {
             // neg? (x = -a), mul (m = x * b), fma (d = p * q + m): one pass
@@ -1252,10 +1285,141 @@ bool neg_feeds_mul_fma(const Instr* body, int k, int i) {
 // values get strips in program order; a strip is reused once its value is dead (in place
 // included: the row kernels are elementwise). The last instruction writes its destination
 // in place.
+// A chain operand's increment along the tile's columns when the program runs: 1
+// (contiguous), 0 (broadcast) or -1 (another stride: no half kernel takes it).
+int column_inc(const LoadedProgram& lp, const Operand& o) {
+  switch (o.kind) {
+    case OperandKind::kDesc: {
+      const int64_t cs = lp.desc_cs[o.index];
+      return cs == 0 || cs == 1 ? static_cast<int>(cs) : -1;
+    }
+    case OperandKind::kReg:
+      return o.cls == TileClass::kFull || o.cls == TileClass::kCol ? 1 : 0;
+    default:
+      return 0;
+  }
+}
+
+bool half_desc(const LoadedProgram& lp, const Operand& o) {
+  if (o.kind != OperandKind::kDesc || lp.desc_cs[o.index] != 1) return false;
+  const DType t = lp.program.descs[o.index].dtype;
+  return t == DType::kF16 || t == DType::kBF16;
+}
+
+// How many times body[0..k) reads register `reg` (source fields).
+int reads_of(const Instr* body, int k, int reg) {
+  int n = 0;
+  for (int j = 0; j < k; ++j) {
+    const Operand* src[3] = {&body[j].a, &body[j].b, &body[j].c};
+    for (int f = 1; f < chain_fields(body[j]); ++f) n += is_reg(*src[f - 1], reg) ? 1 : 0;
+  }
+  return n;
+}
+
+// Does a member strictly between i and j have opcode `op` or write register `reg`?
+bool between(const Instr* body, int i, int j, bc::Opcode op, int reg) {
+  for (int m = i + 1; m < j; ++m)
+    if (body[m].op == op || is_reg(body[m].d, reg)) return true;
+  return false;
+}
+
+// The half-kernel form of chain member j: kind (0 unary, 1 binary, 2 fma) and op, or -1.
+int half_kind(const Instr& in, int* op) {
+  if (in.op == bc::Opcode::kFma) return *op = 0, 2;
+  if (bc::is_binary(in.op)) return *op = static_cast<int>(bc::binary_of(in.op)), 1;
+  if (bc::is_unary(in.op) && in.flags == 0) return *op = static_cast<int>(bc::unary_of(in.op)), 0;
+  return -1;
+}
+
+// The converting load that member j can read itself: the member defining its a (or, for a
+// commutative op, b) when it is a load of contiguous f16/bf16 memory read by nothing else
+// (not kept, no store or redefinition in between). -1: none.
+int absorbable_load(const LoadedProgram& lp, size_t pc, int j, int kind, int op, bool* swap) {
+  const Instr* body = &lp.instrs[pc + 1];
+  const int k = bc::chain_length(lp.instrs[pc].aux);
+  const bool commutes = kind == 2 || (kind == 1 && static_cast<BinaryOp>(op) != BinaryOp::kSub);
+  for (int f = 0; f < (commutes ? 2 : 1); ++f) {
+    const Operand& src = f == 0 ? body[j].a : body[j].b;
+    if (src.kind != OperandKind::kReg || reads_of(body, k, src.index) != 1) continue;
+    for (int i = j - 1; i >= 0; --i) {
+      if (!is_reg(body[i].d, src.index)) continue;
+      if (body[i].op == bc::Opcode::kLoad && half_desc(lp, body[i].a) &&
+          !bc::chain_keeps(lp.instrs[pc].aux, i) && !lp.chain_half[pc + 1 + i].absorbed &&
+          !between(body, i, j, bc::Opcode::kStore, src.index)) {
+        *swap = f == 1;
+        return i;
+      }
+      break;  // the nearest definition is not such a load
+    }
+  }
+  return -1;
+}
+
+// The converting store that member j can write itself: a later store of contiguous f16/bf16
+// memory that alone reads j's result (not kept; no load, store or redefinition between).
+int absorbable_store(const LoadedProgram& lp, size_t pc, int j) {
+  const Instr* body = &lp.instrs[pc + 1];
+  const int k = bc::chain_length(lp.instrs[pc].aux);
+  const Operand& d = body[j].d;
+  if (d.kind != OperandKind::kReg || bc::chain_keeps(lp.instrs[pc].aux, j) ||
+      reads_of(body, k, d.index) != 1)
+    return -1;
+  for (int s = j + 1; s < k; ++s) {
+    if (!reads_reg(body[s], d.index)) continue;
+    if (body[s].op == bc::Opcode::kStore && half_desc(lp, body[s].d) &&
+        !between(body, j, s, bc::Opcode::kLoad, d.index) &&
+        !between(body, j, s, bc::Opcode::kStore, -1))
+      return s;
+    return -1;
+  }
+  return -1;
+}
+
+// Decides LoadedProgram::chain_half for the chain at `pc` (before its fusions are planned:
+// members with a half plan fuse with nothing else).
+void plan_half(LoadedProgram* lp, size_t pc) {
+  const Instr& head = lp->instrs[pc];
+  if (head.cls != TileClass::kFull && head.cls != TileClass::kCol) return;
+  const Instr* body = &lp->instrs[pc + 1];
+  const int k = bc::chain_length(head.aux);
+  for (int j = 0; j < k; ++j) {
+    int op = 0;
+    const int kind = half_kind(body[j], &op);
+    if (kind < 0) continue;
+    bool swap = false;
+    const int load = absorbable_load(*lp, pc, j, kind, op, &swap);
+    const int store = absorbable_store(*lp, pc, j);
+    if (load < 0 && store < 0) continue;
+    const DType a_type = load >= 0 ? lp->program.descs[body[load].a.index].dtype : DType::kF32;
+    const DType d_type = store >= 0 ? lp->program.descs[body[store].d.index].dtype : DType::kF32;
+    if (!cpu::half_map_supported(kind, op, a_type, d_type)) continue;
+    // The f32 operands: a contiguous a (when not the load's memory), b and c contiguous or
+    // broadcast, an f32 destination (the kernel writes f32 memory or registers as stored).
+    const Operand& a = swap ? body[j].b : body[j].a;
+    const Operand& b = swap ? body[j].a : body[j].b;
+    const auto f32 = [&](const Operand& o) {
+      return o.kind != OperandKind::kDesc || lp->program.descs[o.index].dtype == DType::kF32;
+    };
+    if (!f32(b) || (kind == 2 && !f32(body[j].c)) || (load < 0 && !f32(a))) continue;
+    if (load < 0 && column_inc(*lp, a) != 1) continue;
+    if (kind >= 1 && column_inc(*lp, b) < 0) continue;
+    if (kind == 2 && column_inc(*lp, body[j].c) < 0) continue;
+    if (store < 0 && column_inc(*lp, body[j].d) != 1) continue;
+    if (store < 0 && !f32(body[j].d)) continue;
+    LoadedProgram::HalfPlan& hp = lp->chain_half[pc + 1 + j];
+    hp.load = static_cast<int8_t>(load);
+    hp.store = static_cast<int8_t>(store);
+    hp.swap = swap;
+    if (load >= 0) lp->chain_half[pc + 1 + load].absorbed = true;
+    if (store >= 0) lp->chain_half[pc + 1 + store].absorbed = true;
+  }
+}
+
 void plan_chain(LoadedProgram* lp, size_t pc) {
   const uint16_t aux = lp->instrs[pc].aux;
   const int k = bc::chain_length(aux);
   const Instr* body = &lp->instrs[pc + 1];
+  plan_half(lp, pc);
   int slot_reg[bc::kMaxChainBody - 1];  // register held by each strip, -1 free
   int slots = 0;
   auto slot_of = [&](int reg) {
@@ -1295,11 +1459,30 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
     for (int f : fields)
       if (lp->chain_slot[pc + 1 + m][f] >= 0) direct = false;
   };
+  const auto half = [&](int m) {
+    const LoadedProgram::HalfPlan& h = lp->chain_half[pc + 1 + m];
+    return m < k && (h.absorbed || h.load >= 0 || h.store >= 0);
+  };
   for (int i = 0; i < k;) {
     int8_t& fuse = lp->chain_fuse[pc + 1 + i];
+    if (half(i)) {  // alone: absorbed (runs in another member) or a half kernel
+      const LoadedProgram::HalfPlan& h = lp->chain_half[pc + 1 + i];
+      if (!h.absorbed) {
+        touches_scratch(i, {h.load >= 0 ? (h.swap ? 1 : 2) : 1, 3});
+        if (h.load < 0) touches_scratch(i, {2});
+        if (h.store < 0) touches_scratch(i, {0});
+      }
+      i += 1;
+      continue;
+    }
     if (i + 1 == k) {  // the last member, on its own
       touches_scratch(i, {0, 1, 2, 3});
       break;
+    }
+    if (half(i + 1) || half(i + 2)) {  // fuses with no member that has a half plan
+      touches_scratch(i, {0, 1, 2, 3});
+      i += 1;
+      continue;
     }
     const bool keep0 = bc::chain_keeps(aux, i), keep1 = bc::chain_keeps(aux, i + 1);
     if (!keep0 && !keep1 && neg_feeds_mul_fma(body, k, i)) {
@@ -1435,7 +1618,22 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
       open.pop_back();
     }
   }
+  for (size_t a = 0; a < prog.axes.size(); ++a) {
+    if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
+    if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
+  }
+  const size_t na = prog.axes.size();
+  for (const bc::Descriptor& d : prog.descs) {
+    const int64_t es = dtype_size(d.dtype);
+    lp->desc_offset.push_back(d.offset * es);
+    lp->desc_slot.push_back(d.slot);
+    lp->desc_es.push_back(static_cast<int>(es));
+    for (size_t a = 0; a < na; ++a) lp->desc_step.push_back(d.stride[a] * es);
+    lp->desc_rs.push_back(lp->row_axis >= 0 ? d.stride[lp->row_axis] : 0);
+    lp->desc_cs.push_back(lp->col_axis >= 0 ? d.stride[lp->col_axis] : 0);
+  }
   lp->chain_slot.assign(prog.num_instrs(), std::array<int8_t, 4>{-1, -1, -1, -1});
+  lp->chain_half.assign(prog.num_instrs(), LoadedProgram::HalfPlan{});
   lp->chain_fuse.assign(prog.num_instrs(), 0);
   lp->chain_direct.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i)
@@ -1464,20 +1662,6 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
       continue;
     }
     lp->map_reduce[i] = static_cast<int8_t>(map_reduce_pair(lp->instrs, i));
-  }
-  for (size_t a = 0; a < prog.axes.size(); ++a) {
-    if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);
-    if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
-  }
-  const size_t na = prog.axes.size();
-  for (const bc::Descriptor& d : prog.descs) {
-    const int64_t es = dtype_size(d.dtype);
-    lp->desc_offset.push_back(d.offset * es);
-    lp->desc_slot.push_back(d.slot);
-    lp->desc_es.push_back(static_cast<int>(es));
-    for (size_t a = 0; a < na; ++a) lp->desc_step.push_back(d.stride[a] * es);
-    lp->desc_rs.push_back(lp->row_axis >= 0 ? d.stride[lp->row_axis] : 0);
-    lp->desc_cs.push_back(lp->col_axis >= 0 ? d.stride[lp->col_axis] : 0);
   }
   lp->loop_of_chains.assign(prog.num_instrs(), 0);
   lp->loop_batch.assign(prog.num_instrs(), 1);

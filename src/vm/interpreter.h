@@ -40,6 +40,17 @@ struct LoadedProgram {
   // its factors: one cpu::fused_mul_fma_f32_rows.
   std::vector<int8_t> chain_fuse;
   static constexpr int8_t kFuseMulFma = 3, kFuseNegMulFma = 4, kFuseMulFmaFactor = 5;
+  // Per chain body instruction: a converting load (f16/bf16 memory, contiguous) read only by
+  // one later member, an add/sub/mul, fma or activation, runs inside that member's kernel
+  // (cpu::half_map_f32_rows reads the memory itself), and likewise a converting store of a
+  // value only it writes: `load` / `store` name the absorbed members (body indices, -1
+  // none); `swap`: the half source is the op's b (a commutative op's operands exchanged);
+  // `absorbed`: this member runs inside another one and is skipped.
+  struct HalfPlan {
+    int8_t load = -1, store = -1;
+    bool swap = false, absorbed = false;
+  };
+  std::vector<HalfPlan> chain_half;
   // Per Chain: 1 when no kernel call of the body reads or writes strip scratch (every
   // intermediate fused away): the body then runs over whole tiles, not strips.
   std::vector<char> chain_direct;

@@ -577,6 +577,24 @@ HWY_INLINE bool WithActivation(DF d, UnaryOp op, Run run) {
   }
 }
 
+// f32 lanes -> bf16 storage bits as ops::f32_to_bf16_bits: round to nearest even, NaN kept
+// quiet. (Highway 1.0's DemoteTo to bf16 truncates, so it is done with integer ops.)
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16Bits(DF d, VF v) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
+  // |x| bits > inf bits: NaN (both sides non-negative, so a signed compare is exact).
+  const auto is_nan =
+      hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7FFFFFFFu))), hn::Set(di, 0x7F800000));
+  const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+  const auto r = hn::IfThenElse(hn::RebindMask(du, is_nan), quiet, rounded);
+  (void)d;
+  return hn::DemoteTo(du16, hn::BitCast(di, r));
+}
+
 // ---- the exported kernels (HWY_EXPORT in tile_kernels.cc), defined in tile_kernels_*.cc ----
 void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n);
 void FusedMulAddPairF32(const MulAddArgs& x, const MulAddArgs& y, int64_t n);
@@ -609,6 +627,7 @@ void F32ToBF16(uint16_t* dst, const float* src, int64_t n);
 void F32ToF16(uint16_t* dst, const float* src, int64_t n);
 void RoundHalfF32(DType t, float* dst, const float* a, int64_t n);
 int64_t TargetId();
+bool HalfMapF32(const HalfMapArgs& m);
 
 }  // namespace HWY_NAMESPACE
 }  // namespace dvm::vm::cpu

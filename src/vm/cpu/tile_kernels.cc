@@ -8,7 +8,7 @@
 // result never depends on its position in the row.
 
 // This file holds the dispatch tables and the entry points of tile_kernels.h; the SIMD kernels
-// are split over tile_kernels_{unary,fused,binary,reduce}.cc so that they compile in parallel.
+// are split over tile_kernels_{unary,fused,binary,reduce,half}.cc so that they compile in parallel.
 #include "vm/cpu/tile_kernels.h"
 
 #include <cmath>
@@ -70,6 +70,7 @@ HWY_EXPORT(F32ToBF16);
 HWY_EXPORT(F32ToF16);
 HWY_EXPORT(RoundHalfF32);
 HWY_EXPORT(TargetId);
+HWY_EXPORT(HalfMapF32);
 
 namespace {
 
@@ -526,6 +527,23 @@ bool fused_mul_supported(UnaryOp op) {
     default:
       return false;
   }
+}
+
+bool half_map_supported(int kind, int op, DType a_type, DType d_type) {
+  const auto half = [](DType t) { return t == DType::kF16 || t == DType::kBF16; };
+  const auto storage = [&](DType t) { return t == DType::kF32 || half(t); };
+  if (!storage(a_type) || !storage(d_type) || (!half(a_type) && !half(d_type))) return false;
+  if (half(a_type) && half(d_type) && a_type != d_type) return false;
+  if (kind == 0) return fused_mul_supported(static_cast<UnaryOp>(op));
+  if (kind == 1) {
+    const auto b = static_cast<BinaryOp>(op);
+    return b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul;
+  }
+  return kind == 2;
+}
+
+bool half_map_f32_rows(const HalfMapArgs& m) {
+  return HWY_DYNAMIC_DISPATCH(HalfMapF32)(m);
 }
 
 void fused_mul_f32_rows(int kind, UnaryOp op, int pre, const Rows& rows, float* dst, const float* a,

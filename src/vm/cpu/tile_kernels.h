@@ -190,6 +190,28 @@ struct MulAddArgs {
 // neither reads what the other writes.
 void fused_mul_add_pair_f32_rows(const MulAddArgs& x, const MulAddArgs& y, int64_t n);
 
+// One chain member with f16/bf16 memory on one side, converted in its own row loop: a
+// converting load fused into the op that consumes it (a_type f16/bf16) and/or a converting
+// store fused into the op that produces its value (d_type f16/bf16), so that no strip of f32
+// goes through scratch between them. kind 0: op(a), op an activation that fused_mul_supported
+// admits; kind 1: a op b, op add, sub or mul; kind 2: a * b + c. The same bits as the load,
+// the op and the store apart. A half a or d is contiguous (inc 1); b and c have inc 0 or 1.
+struct HalfMapArgs {
+  int kind = 0;
+  int op = 0;  // UnaryOp (kind 0) or BinaryOp (kind 1)
+  DType a_type = DType::kF32, d_type = DType::kF32;
+  Rows rows;
+  void* dst = nullptr;
+  const void* a = nullptr;
+  const float *b = nullptr, *c = nullptr;
+  int binc = 0, cinc = 0;
+  int64_t n = 0;
+};
+// Can half_map_f32_rows run this member (plan time: its result must never be false)?
+bool half_map_supported(int kind, int op, DType a_type, DType d_type);
+// False when the arguments are outside the forms above (nothing written).
+bool half_map_f32_rows(const HalfMapArgs& m);
+
 // dst[r * drs + c] = src[c * scs + r], r < rows, c < cols (f32): a transposed copy, in
 // register blocks where the target allows.
 void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,

@@ -424,27 +424,13 @@ void HalfToF32(DType from, float* dst, const uint16_t* src, int64_t n) {
   for (; i < n; ++i) dst[i] = f16_bits_to_f32(src[i]);
 }
 
-// f32 -> bf16 storage, n contiguous elements, exactly as ops::f32_to_bf16_bits: round to
-// nearest even, NaN kept quiet. (Highway 1.0's DemoteTo to bf16 truncates, so it is done
-// here with integer ops.)
+// f32 -> bf16 storage, n contiguous elements, exactly as ops::f32_to_bf16_bits (BF16Bits).
 void F32ToBF16(uint16_t* dst, const float* src, int64_t n) {
   const DF d;
-  const hn::RebindToUnsigned<DF> du;
-  const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint16_t, DF> du16;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    const auto u = hn::BitCast(du, hn::LoadU(d, src + i));
-    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-    const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
-    // |x| bits > inf bits: NaN (both sides non-negative, so a signed compare is exact).
-    const auto is_nan =
-        hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7FFFFFFFu))), hn::Set(di, 0x7F800000));
-    const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
-    const auto r = hn::IfThenElse(hn::RebindMask(du, is_nan), quiet, rounded);
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, dst + i);
-  }
+  for (; i + lanes <= n; i += lanes) hn::StoreU(BF16Bits(d, hn::LoadU(d, src + i)), du16, dst + i);
   for (; i < n; ++i) dst[i] = f32_to_bf16_bits(src[i]);
 }
 
