@@ -1281,10 +1281,6 @@ bool neg_feeds_mul_fma(const Instr* body, int k, int i) {
          !is_reg(fma.b, x) && !is_reg(fma.d, x) && !read_again(body, k, i + 3, x);
 }
 
-// The scratch strips of a chain's registers (see LoadedProgram::chain_slot): chain-local
-// values get strips in program order; a strip is reused once its value is dead (in place
-// included: the row kernels are elementwise). The last instruction writes its destination
-// in place.
 // A chain operand's increment along the tile's columns when the program runs: 1
 // (contiguous), 0 (broadcast) or -1 (another stride: no half kernel takes it).
 int column_inc(const LoadedProgram& lp, const Operand& o) {
@@ -1333,7 +1329,10 @@ int half_kind(const Instr& in, int* op) {
 
 // The converting load that member j can read itself: the member defining its a (or, for a
 // commutative op, b) when it is a load of contiguous f16/bf16 memory read by nothing else
-// (not kept, no store or redefinition in between). -1: none.
+// (not kept, no redefinition in between). Moving the read from the load to j must not move
+// it past a write of memory (an input may be updated in place): no store between them, and no
+// member between them that writes a store's memory itself (members before j are planned).
+// -1: none.
 int absorbable_load(const LoadedProgram& lp, size_t pc, int j, int kind, int op, bool* swap) {
   const Instr* body = &lp.instrs[pc + 1];
   const int k = bc::chain_length(lp.instrs[pc].aux);
@@ -1343,9 +1342,11 @@ int absorbable_load(const LoadedProgram& lp, size_t pc, int j, int kind, int op,
     if (src.kind != OperandKind::kReg || reads_of(body, k, src.index) != 1) continue;
     for (int i = j - 1; i >= 0; --i) {
       if (!is_reg(body[i].d, src.index)) continue;
+      bool writes = false;
+      for (int m = i + 1; m < j; ++m) writes = writes || lp.chain_half[pc + 1 + m].store >= 0;
       if (body[i].op == bc::Opcode::kLoad && half_desc(lp, body[i].a) &&
           !bc::chain_keeps(lp.instrs[pc].aux, i) && !lp.chain_half[pc + 1 + i].absorbed &&
-          !between(body, i, j, bc::Opcode::kStore, src.index)) {
+          !between(body, i, j, bc::Opcode::kStore, src.index) && !writes) {
         *swap = f == 1;
         return i;
       }
@@ -1356,7 +1357,9 @@ int absorbable_load(const LoadedProgram& lp, size_t pc, int j, int kind, int op,
 }
 
 // The converting store that member j can write itself: a later store of contiguous f16/bf16
-// memory that alone reads j's result (not kept; no load, store or redefinition between).
+// memory that alone reads j's result (not kept; no redefinition between). The write moves
+// earlier, to j: no load and no other store between them (a later member reading a load's
+// memory itself is checked when that member is planned, by absorbable_load).
 int absorbable_store(const LoadedProgram& lp, size_t pc, int j) {
   const Instr* body = &lp.instrs[pc + 1];
   const int k = bc::chain_length(lp.instrs[pc].aux);
@@ -1415,6 +1418,10 @@ void plan_half(LoadedProgram* lp, size_t pc) {
   }
 }
 
+// The scratch strips of a chain's registers (see LoadedProgram::chain_slot): chain-local
+// values get strips in program order; a strip is reused once its value is dead (in place
+// included: the row kernels are elementwise). The last instruction writes its destination
+// in place.
 void plan_chain(LoadedProgram* lp, size_t pc) {
   const uint16_t aux = lp->instrs[pc].aux;
   const int k = bc::chain_length(aux);
