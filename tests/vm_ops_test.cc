@@ -7,6 +7,7 @@
 // Every comparison covers the whole output storage: VM and reference write into identically
 // pre-filled buffers, so an element written outside the output view is a mismatch too.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -1413,6 +1414,30 @@ TEST(VmChainHalfKernels, MatchReference) {
         EXPECT_EQ(loads, cs.loads) << what;
         EXPECT_EQ(stores, cs.stores) << what;
       }
+    }
+  }
+}
+
+// The same inside loops of chains: small [S, D] tiles walked over B, several trips per kernel
+// call (cpu::Rows::outer), each operand stepped by its stride between trips.
+TEST(VmChainHalfKernels, LoopsOfChains) {
+  KernelBuilder kb("half_loop");
+  Dim B = kb.symbol("B"), S = kb.symbol("S"), D = kb.symbol("D");
+  Value x = kb.cast(kb.load("x", DType::kBF16, {B, S, D}), DType::kF32);
+  Value w = kb.load("w", DType::kF32, {S, 1});
+  kb.store("y", kb.mul(x, w), DType::kBF16);
+  BUILD(kb, k);
+  std::mt19937 rng(62);
+  for (auto [b, s, d] : std::vector<std::array<int64_t, 3>>{
+           {64, 4, 16}, {37, 3, 5}, {2, 300, 64}, {9, 1, 1}, {0, 4, 16}}) {
+    std::vector<Buffer> in = {make_buffer(DType::kBF16, {b, s, d}, rng),
+                              make_buffer(DType::kF32, {s, 1}, rng)};
+    const std::string what = std::to_string(b) + "x" + std::to_string(s) + "x" + std::to_string(d);
+    check(k, in, {.tol = Tol::kArith, .outs = {Out::kContig}, .what = what});
+    if (b == 64) {
+      auto [loads, stores] = half_members(k, in, {make_buffer(DType::kBF16, {b, s, d}, rng)});
+      EXPECT_EQ(loads, 1) << what;
+      EXPECT_EQ(stores, 1) << what;
     }
   }
 }
