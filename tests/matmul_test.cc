@@ -187,13 +187,7 @@ bc::Program encoded_matmul(std::vector<Buffer>* keep) {
   keep->push_back(make_buffer(DType::kF32, {5, 4}, rng));
   keep->push_back(make_buffer(DType::kF32, {6, 4}, rng));
   std::vector<TensorArg> in = {(*keep)[0].arg, (*keep)[1].arg}, out = {(*keep)[2].arg};
-  ir::Binding binding;
-  EXPECT_TRUE(ir::bind_shapes(k.def(), in, &binding).is_ok());
-  enc::EncodedKernel ek;
-  enc::EncodeOptions eo;
-  eo.target = &vm::cpu_target();
-  EXPECT_TRUE(enc::encode(k.def(), binding, in, out, eo, &ek).is_ok());
-  return ek.programs.at(0);
+  return encode_for(k, in, out).programs.at(0);
 }
 
 int contraction_axis(const bc::Program& p) {

@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "encoder/encoder.h"
 #include "vm/interpreter.h"
 #include "vm_test_util.h"
 
@@ -1337,15 +1336,8 @@ TEST(VmChainHalfLoads, MatchReference) {
 // f16/bf16 load's memory themselves, and how many write an f16/bf16 store's memory themselves.
 std::pair<int, int> half_members(const Kernel& k, const std::vector<Buffer>& in,
                                  const std::vector<Buffer>& out) {
-  std::vector<TensorArg> ia = args_of(in), oa = args_of(out);
-  ir::Binding binding;
-  EXPECT_TRUE(ir::bind_shapes(k.def(), ia, &binding).is_ok());
-  enc::EncodedKernel ek;
-  enc::EncodeOptions eo;
-  eo.target = &vm::cpu_target();
-  EXPECT_TRUE(enc::encode(k.def(), binding, ia, oa, eo, &ek).is_ok());
   std::pair<int, int> n{0, 0};
-  for (const bc::Program& p : ek.programs) {
+  for (const bc::Program& p : encode_for(k, args_of(in), args_of(out)).programs) {
     const auto lp = vm::load(p);
     for (const vm::LoadedProgram::HalfPlan& h : lp->chain_half) {
       n.first += h.load >= 0;

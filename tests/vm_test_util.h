@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "dvm/runtime.h"
+#include "encoder/encoder.h"
 #include "ir/kernel_def.h"
 #include "ops/scalar_ops.h"
+#include "vm/interpreter.h"
 
 namespace dvm::testing {
 
@@ -172,6 +175,19 @@ inline void expect_matches_reference(const Kernel& kernel, const std::vector<Buf
 enum class Out { kContig, kTransposed, kStrided, kOffset };
 
 inline constexpr unsigned char kSentinel = 0x7B;
+
+// The verified programs the encoder gives `k` for these arguments (for tests that inspect
+// programs or the interpreter's plans of them).
+inline enc::EncodedKernel encode_for(const Kernel& k, std::span<const TensorArg> in,
+                                     std::span<const TensorArg> out) {
+  ir::Binding binding;
+  EXPECT_TRUE(ir::bind_shapes(k.def(), in, &binding).is_ok());
+  enc::EncodedKernel ek;
+  enc::EncodeOptions eo;
+  eo.target = &vm::cpu_target();
+  EXPECT_TRUE(enc::encode(k.def(), binding, in, out, eo, &ek).is_ok());
+  return ek;
+}
 
 // An output buffer with the given view layout, its whole storage filled with kSentinel bytes.
 inline Buffer make_out(DType t, const std::vector<int64_t>& shape, Out layout) {
