@@ -1295,6 +1295,43 @@ TEST(VmChainReductions, MatchReference) {
   EXPECT_NE(text->find("chain.f32.full body 3 keep 0"), std::string::npos) << *text;
 }
 
+// Log-softmax's middle pass (x - max kept, exp, sum) runs as one map_reduce pass over whole
+// rows (LoadedProgram::chain_sum_exp, cpu::kRowSumExp): results against the reference for
+// short, long (several strips) and single-column rows (blocks of 256 rows), broadcast and
+// strided operands; the plan is counted where the operands are contiguous.
+TEST(VmMapReduce, LogSoftmaxSumsExpInOnePass) {
+  for (bool plus : {false, true}) {
+    KernelBuilder kb(plus ? "log_softmax_plus" : "log_softmax");
+    Dim R = kb.symbol("R"), C = kb.symbol("C");
+    Value x = kb.load("x", DType::kF32, {R, C});
+    // x + (-max) exercises the add form of the pass.
+    Value c = plus ? kb.add(x, kb.unary(UnaryOp::kNeg, kb.max(x, {-1}, true)))
+                   : kb.sub(x, kb.max(x, {-1}, true));
+    kb.store("y",
+             kb.sub(c, kb.unary(UnaryOp::kLog, kb.sum(kb.unary(UnaryOp::kExp, c), {-1}, true))));
+    BUILD(kb, k);
+    std::mt19937 rng(57);
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 5}, {1, 1}, {5, 7}, {64, 64}, {300, 100}, {3, 5000}, {5000, 1}}) {
+      for (bool transposed : {false, true}) {
+        std::vector<Buffer> in = {make_buffer(DType::kF32, {rows, cols}, rng, transposed, 2)};
+        const std::string what = std::string(plus ? "plus " : "") + std::to_string(rows) + "x" +
+                                 std::to_string(cols) + (transposed ? " transposed" : "");
+        check(k, in, {.tol = Tol::kTrans, .what = what});
+        if (transposed || rows < 5 || cols == 1) continue;
+        int planned = 0;
+        const enc::EncodedKernel ek =
+            encode_for(k, args_of(in), args_of({make_buffer(DType::kF32, {rows, cols}, rng)}));
+        for (const bc::Program& p : ek.programs) {
+          const auto lp = vm::load(p);
+          for (char sum_exp : lp->chain_sum_exp) planned += sum_exp != 0;
+        }
+        EXPECT_EQ(planned, 1) << what;
+      }
+    }
+  }
+}
+
 // f16/bf16 loads and stores convert strip by strip inside chains (no pass through a tile
 // register), plain and over strided views.
 TEST(VmChainHalfLoads, MatchReference) {

@@ -108,6 +108,7 @@ class BlockRunner {
   using ChainOps = ChainOperand[bc::kMaxChainBody][4];
   void prepare_chain(int32_t pc, int axis, ChainOps& ops) const;
   void run_chain(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips);
+  void run_sum_exp(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips);
   template <bool kDirect>
   void run_chain_impl(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips);
   void exec_chain(int32_t pc, int axis = -1, int64_t trips = 1);
@@ -630,8 +631,39 @@ int32_t BlockRunner::exec_chain_pair(int32_t pc) {
 
 // Runs the chain at `pc` with operands `ops` (prepare_chain) for trips [first, first + trips)
 // counted from where they were resolved.
+// A chain that stores y = a +- b (kept) and sums exp(y) along the columns
+// (LoadedProgram::chain_sum_exp): one map_reduce pass per block of rows and trip, whole rows,
+// the exponentials never stored.
+void BlockRunner::run_sum_exp(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) {
+  constexpr int64_t kMaxRows = 256;
+  const Instr& head = lp_.instrs[pc];
+  const int op = static_cast<int>(bc::binary_of(lp_.instrs[pc + 1].op));
+  const int64_t rows = rows_of(head.cls), cols = cols_of(head.cls);
+  const ChainOperand &y = ops[0][0], &a = ops[0][1], &b = ops[0][2], &acc = ops[2][0];
+  float out[kMaxRows];
+  for (int64_t t = 0; t < trips; ++t) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+      const int64_t nr = std::min(kMaxRows, rows - r0);
+      const auto at = [&](const ChainOperand& o) {
+        return reinterpret_cast<float*>(o.p + ((first + t) * o.os + r0 * o.rs) * o.es);
+      };
+      const bool ran = cpu::map_reduce_f32_rows(
+          0, op, 0, cpu::kRowSumExp, cpu::Rows{nr, y.rs, a.rs, b.rs, a.rs}, at(y), at(a),
+          static_cast<int>(a.cs), at(b), static_cast<int>(b.cs), at(a), static_cast<int>(a.cs),
+          cols, out);
+      assert(ran);  // sum_exp_chain admits only operands the kernel takes
+      (void)ran;
+      float* sums = at(acc);
+      for (int64_t r = 0; r < nr; ++r)
+        sums[r * acc.rs] = ops::reduce_combine_f32(ReduceOp::kSum, sums[r * acc.rs], out[r]);
+    }
+  }
+}
+
 void BlockRunner::run_chain(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) {
-  if (lp_.chain_direct[pc]) {
+  if (lp_.chain_sum_exp[pc]) {
+    run_sum_exp(pc, ops, first, trips);
+  } else if (lp_.chain_direct[pc]) {
     run_chain_impl<true>(pc, ops, first, trips);
   } else {
     run_chain_impl<false>(pc, ops, first, trips);
@@ -1418,6 +1450,32 @@ void plan_half(LoadedProgram* lp, size_t pc) {
   }
 }
 
+// Is the chain at `pc` log-softmax's middle pass: y = a +- b (kept), e = exp(y) read only by
+// the reduction after it, acc += sum of e along the columns? (LoadedProgram::chain_sum_exp)
+bool sum_exp_chain(const LoadedProgram& lp, size_t pc) {
+  const Instr& head = lp.instrs[pc];
+  if (bc::chain_length(head.aux) != 3 || head.cls != TileClass::kFull) return false;
+  const Instr& map = lp.instrs[pc + 1];
+  const Instr& ex = lp.instrs[pc + 2];
+  const Instr& red = lp.instrs[pc + 3];
+  const auto f32 = [&](const Operand& o) {
+    return o.kind != OperandKind::kDesc || lp.program.descs[o.index].dtype == DType::kF32;
+  };
+  if (!bc::is_binary(map.op) ||
+      (bc::binary_of(map.op) != BinaryOp::kAdd && bc::binary_of(map.op) != BinaryOp::kSub))
+    return false;
+  if (!bc::chain_keeps(head.aux, 0) || bc::chain_keeps(head.aux, 1) ||
+      map.d.kind != OperandKind::kReg || map.d.cls != TileClass::kFull || !f32(map.a) ||
+      !f32(map.b) || column_inc(lp, map.a) != 1 || column_inc(lp, map.b) < 0)
+    return false;
+  if (!bc::is_unary(ex.op) || bc::unary_of(ex.op) != UnaryOp::kExp || ex.flags != 0 ||
+      !is_reg(ex.a, map.d.index) || ex.d.kind != OperandKind::kReg || ex.d.index == map.d.index)
+    return false;
+  return red.op == bc::Opcode::kReduce && bc::aux_reduce_op(red.aux) == ReduceOp::kSum &&
+         bc::aux_cols(red.aux) && !bc::aux_rows(red.aux) && is_reg(red.a, ex.d.index) &&
+         red.d.kind == OperandKind::kReg && red.d.index != map.d.index && red.d.index != ex.d.index;
+}
+
 // The scratch strips of a chain's registers (see LoadedProgram::chain_slot): chain-local
 // values get strips in program order; a strip is reused once its value is dead (in place
 // included: the row kernels are elementwise). The last instruction writes its destination
@@ -1641,10 +1699,14 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   }
   lp->chain_slot.assign(prog.num_instrs(), std::array<int8_t, 4>{-1, -1, -1, -1});
   lp->chain_half.assign(prog.num_instrs(), LoadedProgram::HalfPlan{});
+  lp->chain_sum_exp.assign(prog.num_instrs(), 0);
   lp->chain_fuse.assign(prog.num_instrs(), 0);
   lp->chain_direct.assign(prog.num_instrs(), 0);
-  for (size_t i = 0; i < prog.num_instrs(); ++i)
-    if (lp->instrs[i].op == bc::Opcode::kChain) plan_chain(lp.get(), i);
+  for (size_t i = 0; i < prog.num_instrs(); ++i) {
+    if (lp->instrs[i].op != bc::Opcode::kChain) continue;
+    plan_chain(lp.get(), i);
+    lp->chain_sum_exp[i] = sum_exp_chain(*lp, i);
+  }
   lp->chain_pair.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i) {
     if (lp->instrs[i].op != bc::Opcode::kChain) continue;

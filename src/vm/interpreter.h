@@ -51,6 +51,10 @@ struct LoadedProgram {
     bool swap = false, absorbed = false;
   };
   std::vector<HalfPlan> chain_half;
+  // Per Chain: 1 when it is y = a +- b (kept), exp(y), a sum of that along the columns
+  // (log-softmax's middle pass): it runs as one cpu::map_reduce_f32_rows pass (kRowSumExp)
+  // over whole rows, the exponentials never stored.
+  std::vector<char> chain_sum_exp;
   // Per Chain: 1 when no kernel call of the body reads or writes strip scratch (every
   // intermediate fused away): the body then runs over whole tiles, not strips.
   std::vector<char> chain_direct;

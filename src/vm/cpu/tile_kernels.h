@@ -222,9 +222,11 @@ void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64
 // a * b + c (kind 2, c contiguous), stored as the map kernels store it, and out[r] = row r's
 // sum (kRowSum), max (kRowMax) or sum of squares (kRowSumSquares) of y, the same bits as
 // reduce_row_f32_rows (dot_row_f32_rows for squares) over the stored y, which is not read
-// again. a contiguous along its rows, b contiguous or one value per row; c (kind 2) with row
-// stride rows.c. Returns false, having done nothing, for other ops and operand forms.
-inline constexpr int kRowSum = 0, kRowMax = 1, kRowSumSquares = 2;
+// again; or the sum of exp(y) (kRowSumExp: log-softmax's centered rows are stored and their
+// exponentials only summed), the same bits as unary exp then reduce_row_f32_rows. a contiguous
+// along its rows, b contiguous or one value per row; c (kind 2) with row stride rows.c.
+// Returns false, having done nothing, for other ops and operand forms.
+inline constexpr int kRowSum = 0, kRowMax = 1, kRowSumSquares = 2, kRowSumExp = 3;
 bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
                          const float* a, int ainc, const float* b, int binc, const float* c,
                          int cinc, int64_t n, float* out);

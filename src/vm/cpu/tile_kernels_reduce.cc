@@ -233,6 +233,16 @@ HWY_INLINE bool MapReduceWith(DF d, int red, const Rows& rs, float* dst, int64_t
           [d](VF v) { return FoldMax(d, v); });
       return true;
     }
+    case kRowSumExp: {
+      // Lanes past the row add exp(-inf) = 0: the tail padded with the sum's identity.
+      const VF ninf = hn::Set(d, -std::numeric_limits<float>::infinity());
+      MapReduceGrid(
+          d, rs, dst, n, out, hn::Zero(d), row,
+          [d](VF s, VF y) DVM_INL { return hn::Add(s, ExpF(d, y)); }, add,
+          [ninf](auto live, VF y) { return hn::IfThenElse(live, y, ninf); },
+          [d](VF v) { return FoldSum(d, v); });
+      return true;
+    }
     case kRowSumSquares:
       MapReduceGrid(
           d, rs, dst, n, out, hn::Zero(d), row, [](VF s, VF y) { return hn::MulAdd(y, y, s); }, add,
