@@ -1328,6 +1328,11 @@ int column_inc(const LoadedProgram& lp, const Operand& o) {
   }
 }
 
+// Is `o` f32 wherever it lives (memory of another dtype is read only through loads)?
+bool f32_operand(const LoadedProgram& lp, const Operand& o) {
+  return o.kind != OperandKind::kDesc || lp.program.descs[o.index].dtype == DType::kF32;
+}
+
 bool half_desc(const LoadedProgram& lp, const Operand& o) {
   if (o.kind != OperandKind::kDesc || lp.desc_cs[o.index] != 1) return false;
   const DType t = lp.program.descs[o.index].dtype;
@@ -1432,9 +1437,7 @@ void plan_half(LoadedProgram* lp, size_t pc) {
     // broadcast, an f32 destination (the kernel writes f32 memory or registers as stored).
     const Operand& a = swap ? body[j].b : body[j].a;
     const Operand& b = swap ? body[j].a : body[j].b;
-    const auto f32 = [&](const Operand& o) {
-      return o.kind != OperandKind::kDesc || lp->program.descs[o.index].dtype == DType::kF32;
-    };
+    const auto f32 = [&](const Operand& o) { return f32_operand(*lp, o); };
     if (!f32(b) || (kind == 2 && !f32(body[j].c)) || (load < 0 && !f32(a))) continue;
     if (load < 0 && column_inc(*lp, a) != 1) continue;
     if (kind >= 1 && column_inc(*lp, b) < 0) continue;
@@ -1458,9 +1461,7 @@ bool sum_exp_chain(const LoadedProgram& lp, size_t pc) {
   const Instr& map = lp.instrs[pc + 1];
   const Instr& ex = lp.instrs[pc + 2];
   const Instr& red = lp.instrs[pc + 3];
-  const auto f32 = [&](const Operand& o) {
-    return o.kind != OperandKind::kDesc || lp.program.descs[o.index].dtype == DType::kF32;
-  };
+  const auto f32 = [&](const Operand& o) { return f32_operand(lp, o); };
   if (!bc::is_binary(map.op) ||
       (bc::binary_of(map.op) != BinaryOp::kAdd && bc::binary_of(map.op) != BinaryOp::kSub))
     return false;
@@ -1524,9 +1525,10 @@ void plan_chain(LoadedProgram* lp, size_t pc) {
     for (int f : fields)
       if (lp->chain_slot[pc + 1 + m][f] >= 0) direct = false;
   };
-  const auto half = [&](int m) {
+  const auto half = [&](int m) {  // m may be past the body (the last members' neighbours)
+    if (m >= k) return false;
     const LoadedProgram::HalfPlan& h = lp->chain_half[pc + 1 + m];
-    return m < k && (h.absorbed || h.load >= 0 || h.store >= 0);
+    return h.absorbed || h.load >= 0 || h.store >= 0;
   };
   for (int i = 0; i < k;) {
     int8_t& fuse = lp->chain_fuse[pc + 1 + i];

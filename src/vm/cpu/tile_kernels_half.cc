@@ -167,8 +167,8 @@ bool HalfMapF32(const HalfMapArgs& m) {
     HalfMapArgs one = m;
     one.rows.outer = 1;
     for (int64_t k = 0; k < m.rows.outer; ++k) {
-      one.dst = static_cast<char*>(m.dst) + k * m.rows.od * (sd == kStoreF32 ? 4 : 2);
-      one.a = static_cast<const char*>(m.a) + k * m.rows.oa * (sa == kStoreF32 ? 4 : 2);
+      one.dst = static_cast<char*>(m.dst) + k * m.rows.od * StorageBytes(sd);
+      one.a = static_cast<const char*>(m.a) + k * m.rows.oa * StorageBytes(sa);
       one.b = m.b + k * m.rows.ob;
       one.c = m.c + k * m.rows.oc;
       if (!HalfMapF32(one)) return false;
