@@ -562,6 +562,37 @@ def test_single_partition_graph_is_called_directly(monkeypatch):
     assert [run.partition.calls for run in made] == [2, 1]
 
 
+def test_single_partition_call_skips_the_partition_with_dynamic_sizes(monkeypatch):
+    """With dynamic=True the graph passes SymInts beside the tensors; after the first call
+    the direct path binds the tensors itself, never going through the partition's forward."""
+    from dvm.torch_backend import backend
+
+    made = []
+    orig = backend.single_partition_call
+
+    def spy(fused):
+        run = orig(fused)
+        made.append(run)
+        return run
+
+    def f(x, r, w, b):
+        return torch.nn.functional.layer_norm(x + r, (x.shape[-1],), w, b)
+
+    monkeypatch.setattr(backend, "single_partition_call", spy)
+    c = torch.compile(f, backend="dvm", dynamic=True)
+    w, b = torch.randn(16), torch.randn(16)
+    c(torch.randn(2, 3, 16), torch.randn(2, 3, 16), w, b)  # compiles; the partition's call
+    assert len(made) == 1 and made[0] is not None
+    part = made[0].partition
+    forwards = []
+    orig_call = type(part).__call__
+    monkeypatch.setattr(type(part), "__call__", lambda *a: forwards.append(1) or orig_call(*a))
+    for shape in ((2, 3, 16), (3, 5, 16), (4, 7, 16)):  # no size 1: Dynamo specializes it
+        x, r = torch.randn(shape), torch.randn(shape)
+        torch.testing.assert_close(c(x, r, w, b), f(x, r, w, b))
+    assert forwards == [] and part.calls == 4
+
+
 def test_dvm_and_torch_threads_run_concurrently():
     """A compiled DVM graph called from several Python threads while torch runs its own
     multi-threaded ops in others: every result equals eager, nothing deadlocks."""

@@ -220,13 +220,16 @@ def single_partition_call(fused):
             out[0] is not call or any(a not in ph for a in call.args)):
         return None
     idx = tuple(ph.index(a) for a in call.args)
+    # DVM binds the tensors among the call's arguments (not the SymInts of dynamic shapes):
+    # _arg_idx picks them from the call's, tensor_idx from the graph's.
+    tensor_idx = tuple(idx[i] for i in part._arg_idx)
     counts, fast = part._counts, part._torch_call
     exe = part.exe
 
     def run(*args):
         if fast is not None and part.ran:
             try:
-                outs = fast(exe, args, idx)
+                outs = fast(exe, args, tensor_idx)
                 counts[0] += 1
                 return (outs[0],)
             except (NotImplementedError, dvm.DvmError):
