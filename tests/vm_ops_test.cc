@@ -1332,6 +1332,44 @@ TEST(VmMapReduce, LogSoftmaxSumsExpInOnePass) {
   }
 }
 
+// A launch with less work than the target's min_parallel_work runs on one thread, so the
+// encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
+// (each block costs its own dispatch); larger ones are still split for every thread.
+TEST(VmTiling, LaunchesTooSmallForThreadsAreNotSplit) {
+  KernelBuilder kb("bias_relu_scale");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value x = kb.load("x", DType::kF32, {R, C});
+  Value b = kb.load("b", DType::kF32, {C});
+  Value s = kb.load("s", DType::kF32, {R, 1});
+  kb.store("y", kb.mul(kb.unary(UnaryOp::kRelu, kb.add(x, b)), s));
+  BUILD(kb, k);
+  std::mt19937 rng(91);
+  const int64_t min_work = vm::cpu_target().min_parallel_work;
+  ASSERT_GT(min_work, 4096);
+  for (auto [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{42, 96}, {64, 64}, {200, 160}, {300, 128}}) {
+    std::vector<Buffer> in = {make_buffer(DType::kF32, {rows, cols}, rng),
+                              make_buffer(DType::kF32, {cols}, rng),
+                              make_buffer(DType::kF32, {rows, 1}, rng)};
+    const std::string what = std::to_string(rows) + "x" + std::to_string(cols);
+    check(k, in, {.what = what});
+    const auto grid = [&](int threads) {
+      const enc::EncodedKernel ek = encode_for(
+          k, args_of(in), args_of({make_buffer(DType::kF32, {rows, cols}, rng)}), threads);
+      EXPECT_EQ(ek.programs.size(), 1u) << what;
+      return ek.programs.empty() ? int64_t{-1} : ek.programs[0].grid;
+    };
+    const int64_t one_thread = grid(1);
+    for (int threads : {2, 4}) {
+      if (rows * cols < min_work) {
+        EXPECT_EQ(grid(threads), one_thread) << what << ", " << threads << " threads";
+      } else {
+        EXPECT_GE(grid(threads), 4 * threads) << what << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
 // f16/bf16 loads and stores convert strip by strip inside chains (no pass through a tile
 // register), plain and over strided views.
 TEST(VmChainHalfLoads, MatchReference) {

@@ -179,12 +179,13 @@ inline constexpr unsigned char kSentinel = 0x7B;
 // The verified programs the encoder gives `k` for these arguments (for tests that inspect
 // programs or the interpreter's plans of them).
 inline enc::EncodedKernel encode_for(const Kernel& k, std::span<const TensorArg> in,
-                                     std::span<const TensorArg> out) {
+                                     std::span<const TensorArg> out, int threads = 1) {
   ir::Binding binding;
   EXPECT_TRUE(ir::bind_shapes(k.def(), in, &binding).is_ok());
   enc::EncodedKernel ek;
   enc::EncodeOptions eo;
   eo.target = &vm::cpu_target();
+  eo.num_threads = threads;
   EXPECT_TRUE(enc::encode(k.def(), binding, in, out, eo, &ek).is_ok());
   return ek;
 }

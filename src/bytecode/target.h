@@ -14,6 +14,10 @@ struct Target {
   // weights serve every tile).
   int64_t matmul_tile_m = 64, matmul_tile_n = 64;
   int64_t matmul_micro_m = 1, matmul_micro_n = 1;
+  // A launch with less work than this (elements of its iteration domain, times the
+  // contraction length for matmuls) runs on one thread: splitting such a stage into blocks
+  // for threads only multiplies the per-block overhead. 0: every launch may be split.
+  int64_t min_parallel_work = 0;
 };
 
 }  // namespace dvm::bc

@@ -1,6 +1,7 @@
 #include "encoder/layout.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace dvm::enc {
 
@@ -95,6 +96,17 @@ int64_t grid_size(const Layout& L, const std::vector<int64_t>& chunk) {
   return g;
 }
 
+// Elements of the iteration domain (every axis, reduced ones included), saturating.
+int64_t domain_elems(const Layout& L) {
+  int64_t n = 1;
+  for (const FinalAxis& f : L.axes) {
+    if (f.extent <= 0) return 0;
+    n = f.extent > std::numeric_limits<int64_t>::max() / n ? std::numeric_limits<int64_t>::max()
+                                                           : n * f.extent;
+  }
+  return n;
+}
+
 // Picks the tile (rows x cols), chunk sizes and which axes the grid or loops walk.
 // The program's axes from the layout: tile roles, chunks and who walks each axis (a matmul's
 // contraction inside its instruction, reduced axes by loops in loop mode, the rest the grid).
@@ -158,10 +170,12 @@ void choose_matmul_tiling(Layout* L, const bc::Target& target, int threads) {
 
 void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial,
                    const std::vector<StrideSet>& sets) {
-  L->threads = std::max(1, threads);
+  // A stage with less work than the target splits between threads runs on one: tiling it
+  // for more only multiplies the blocks, each with its own dispatch.
+  L->threads = domain_elems(*L) < target.min_parallel_work ? 1 : std::max(1, threads);
   for (const FinalAxis& f : L->axes) {
     if (f.mm_role != 0) {
-      choose_matmul_tiling(L, target, threads);
+      choose_matmul_tiling(L, target, L->threads);
       return;
     }
   }
@@ -195,7 +209,7 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
   }
   // Enough blocks for every thread (and some slack for balance), not tiles too small to
   // amortise dispatch.
-  while (grid_size(*L, chunk) < 4 * threads) {
+  while (grid_size(*L, chunk) < 4 * L->threads) {
     if (!L->axes[L->col].reduced && chunk[L->col] >= 1024) {
       chunk[L->col] = round16(chunk[L->col] / 2);
     } else if (L->row >= 0 && !L->axes[L->row].reduced && chunk[L->row] >= 2 &&

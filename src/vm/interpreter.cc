@@ -1227,6 +1227,11 @@ void set_stream_threshold_bytes(int64_t bytes) {
   g_stream_threshold.store(bytes < 0 ? last_level_cache_bytes() : bytes, std::memory_order_relaxed);
 }
 
+namespace {
+// Below this much work a launch runs on the calling thread (see bc::Target).
+constexpr int64_t kMinParallelWork = 32768;
+}  // namespace
+
 void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
   int64_t grid = lp.program.grid;
   if (grid <= 0) return;
@@ -1237,7 +1242,7 @@ void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
                       static_cast<double>(std::max<int64_t>(1, lp.work_per_elem)) *
                       static_cast<double>(lp.trips_per_block);
   int parts = static_cast<int>(std::min<int64_t>(num_threads, grid));
-  if (work < 32768.0) parts = 1;
+  if (work < static_cast<double>(kMinParallelWork)) parts = 1;
   LaunchArgs streamed = args;
   streamed.stream_stores = work * 4.0 >= static_cast<double>(stream_threshold_bytes());
   if (parts <= 1) {
@@ -1762,6 +1767,7 @@ const bc::Target& cpu_target() {
     t.matmul_tile_n = pref.n;
     t.matmul_micro_m = micro.m;
     t.matmul_micro_n = micro.n;
+    t.min_parallel_work = kMinParallelWork;
     return t;
   }();
   return target;
