@@ -1334,7 +1334,8 @@ TEST(VmMapReduce, LogSoftmaxSumsExpInOnePass) {
 
 // A launch with less work than the target's min_parallel_work runs on one thread, so the
 // encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
-// (each block costs its own dispatch); larger ones are still split for every thread.
+// or for balance between them (each block costs its own dispatch); larger ones are still
+// split for every thread.
 TEST(VmTiling, LaunchesTooSmallForThreadsAreNotSplit) {
   KernelBuilder kb("bias_relu_scale");
   Dim R = kb.symbol("R"), C = kb.symbol("C");
@@ -1360,6 +1361,9 @@ TEST(VmTiling, LaunchesTooSmallForThreadsAreNotSplit) {
       return ek.programs.empty() ? int64_t{-1} : ek.programs[0].grid;
     };
     const int64_t one_thread = grid(1);
+    if (rows * cols <= 4096) {
+      EXPECT_EQ(one_thread, 1) << what;  // one tile: one block
+    }
     for (int threads : {2, 4}) {
       if (rows * cols < min_work) {
         EXPECT_EQ(grid(threads), one_thread) << what << ", " << threads << " threads";

@@ -617,8 +617,8 @@ void Emitter::fit_tile_to_cache() {
 // A program whose only register values are chain-local (chains over memory, and
 // instructions reading and writing memory directly) touches no tile register: its tile size
 // costs no cache, only per-tile dispatch, which for cheap bodies (a bf16 load and an fma:
-// 0.1 ns per element) is as large as the work. Such tiles grow up to 4x, as long as every
-// thread still gets 4 blocks.
+// 0.1 ns per element) is as large as the work. Such tiles grow up to 4x, as long as the
+// grid keeps the blocks the threads want (Layout::wanted_blocks).
 void Emitter::grow_streaming_tile() {
   for (size_t pc = 0; pc < code_.size(); ++pc) {
     bc::Instr in = code_[pc];
@@ -647,7 +647,7 @@ void Emitter::grow_streaming_tile() {
     bc::Axis bigger = ax;
     bigger.chunk = std::min(ax.extent, 2 * ax.chunk);
     if (axis == L_.col) bigger.chunk = std::min(ax.extent, round16(bigger.chunk));
-    if (bigger.chunk == ax.chunk || bigger.trips() * other < 4 * L_.threads) return;
+    if (bigger.chunk == ax.chunk || bigger.trips() * other < L_.wanted_blocks()) return;
     ax = bigger;
   }
 }
@@ -699,7 +699,7 @@ void Emitter::loop_outer_axis() {
   const int64_t trips = L_.bc_axes[outer].trips();
   const int64_t per_block = std::max<int64_t>(1, kTileElems / tile);
   int64_t parts = (trips + per_block - 1) / per_block;
-  const int64_t want_blocks = 4 * static_cast<int64_t>(L_.threads);
+  const int64_t want_blocks = L_.wanted_blocks();
   if (parts * other_blocks < want_blocks)
     parts = std::min(trips, (want_blocks + other_blocks - 1) / other_blocks);
   if (parts >= trips) return;

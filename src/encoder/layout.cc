@@ -209,7 +209,7 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
   }
   // Enough blocks for every thread (and some slack for balance), not tiles too small to
   // amortise dispatch.
-  while (grid_size(*L, chunk) < 4 * L->threads) {
+  while (grid_size(*L, chunk) < L->wanted_blocks()) {
     if (!L->axes[L->col].reduced && chunk[L->col] >= 1024) {
       chunk[L->col] = round16(chunk[L->col] / 2);
     } else if (L->row >= 0 && !L->axes[L->row].reduced && chunk[L->row] >= 2 &&
