@@ -1332,6 +1332,41 @@ TEST(VmMapReduce, LogSoftmaxSumsExpInOnePass) {
   }
 }
 
+// A sum (max, min) over a middle axis, [A, M, C] -> [A, C]: a loop over A whose body is one
+// column reduction into a row stored to memory runs its trips without the interpreter
+// (LoadedProgram::loop_col_reduce), each straight into its output row. Checked against the
+// reference and bitwise across thread counts (blocks split the trips differently, each
+// block's last trip going through the body), the plan counted where it applies; a
+// transposed output (not contiguous along C) takes the body trip by trip.
+TEST(VmLoopColReduce, MiddleAxisReductions) {
+  std::mt19937 rng(73);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+    KernelBuilder kb("mid_reduce");
+    Dim A = kb.symbol("A"), M = kb.symbol("M"), C = kb.symbol("C");
+    Value x = kb.load("x", DType::kF32, {A, M, C});
+    kb.store("y", kb.reduce(op, x, {1}));
+    BUILD(kb, k);
+    for (auto [a, m, c] : std::vector<std::array<int64_t, 3>>{
+             {1, 16, 64}, {64, 16, 64}, {5, 2, 7}, {33, 9, 100}, {200, 3, 1}, {7, 40, 33}}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {a, m, c}, rng)};
+      const std::string what = std::string(reduce_op_name(op)) + " " + std::to_string(a) + "x" +
+                               std::to_string(m) + "x" + std::to_string(c);
+      check(k, in, {.tol = Tol::kReduce, .what = what});
+      check(k, in, {.tol = Tol::kReduce, .outs = {Out::kTransposed}, .what = what + " ^T"});
+      int planned = 0;
+      const enc::EncodedKernel ek =
+          encode_for(k, args_of(in), args_of({make_buffer(DType::kF32, {a, c}, rng)}));
+      for (const bc::Program& p : ek.programs) {
+        const auto lp = vm::load(p);
+        for (char col_reduce : lp->loop_col_reduce) planned += col_reduce != 0;
+      }
+      if (a == 64 && m == 16) {
+        EXPECT_EQ(planned, 1) << what;
+      }
+    }
+  }
+}
+
 // A launch with less work than the target's min_parallel_work runs on one thread, so the
 // encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
 // or for balance between them (each block costs its own dispatch); larger ones are still

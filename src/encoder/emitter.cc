@@ -307,7 +307,8 @@ int used_fields(const bc::Instr& in) {
   return 0;
 }
 
-Operand* field(bc::Instr& in, int k) {
+template <class I>  // bc::Instr or const bc::Instr
+auto* field_of(I& in, int k) {
   switch (k) {
     case 0:
       return &in.d;
@@ -318,6 +319,12 @@ Operand* field(bc::Instr& in, int k) {
     default:
       return &in.c;
   }
+}
+Operand* field(bc::Instr& in, int k) {
+  return field_of(in, k);
+}
+const Operand* field(const bc::Instr& in, int k) {
+  return field_of(in, k);
 }
 
 // Per virtual register: how many instructions read it (accumulators count as read by their
@@ -652,6 +659,21 @@ void Emitter::grow_streaming_tile() {
   }
 }
 
+// Does any instruction use a register of a whole tile or a tile column (kFull, kRow)? Without
+// one, the tile's size costs no cache: its memory operands stream through once.
+bool Emitter::tile_registers() const {
+  for (const bc::Instr& in : code_) {
+    const int used = used_fields(in);
+    for (int k = 0; k < 4; ++k) {
+      const Operand* o = field(in, k);
+      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg &&
+          (o->cls == bc::TileClass::kFull || o->cls == bc::TileClass::kRow))
+        return true;
+    }
+  }
+  return false;
+}
+
 // A loop that reduces the tile's rows chunk by chunk (a column sum: acc.col += x) keeps no
 // tile in a register when every register operand is a column or a scalar: its row chunk
 // costs no cache, only a dispatch per trip (acc loaded and stored per chunk). Such chunks
@@ -659,16 +681,7 @@ void Emitter::grow_streaming_tile() {
 void Emitter::grow_reduced_rows() {
   if (!L_.loop_mode || L_.row < 0 || !L_.axes[L_.row].reduced) return;
   bc::Axis& row = L_.bc_axes[L_.row];
-  if (row.iter != bc::AxisIter::kLoop || row.split_by >= 0) return;
-  for (bc::Instr& in : code_) {
-    const int used = used_fields(in);
-    for (int k = 0; k < 4; ++k) {
-      const Operand* o = field(in, k);
-      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg &&
-          (o->cls == bc::TileClass::kFull || o->cls == bc::TileClass::kRow))
-        return;
-    }
-  }
+  if (row.iter != bc::AxisIter::kLoop || row.split_by >= 0 || tile_registers()) return;
   const int64_t cols = round16(L_.bc_axes[L_.col].chunk);
   while (2 * row.chunk <= row.extent && 2 * row.chunk * cols <= 16 * kTileElems) row.chunk *= 2;
 }
@@ -676,7 +689,9 @@ void Emitter::grow_reduced_rows() {
 // A tile much smaller than kTileElems (the rows of a [B, H, S, D] operand whose outer axes do
 // not fold, say 8 x 32 elements) pays a block's dispatch for little work. Then the innermost
 // outer grid axis is walked by a loop inside the block instead, its trips shared out between
-// blocks by a new parts axis (split_by), enough parts left for every thread.
+// blocks by a new parts axis (split_by), enough parts left for every thread. A block takes
+// trips worth a tile of kTileElems, or 16 tiles when no register holds a tile (a sum over
+// a middle axis: its source streams through, only a row stays).
 void Emitter::loop_outer_axis() {
   if (L_.loop_mode || st_.has_matmul || L_.bc_axes.size() >= static_cast<size_t>(bc::kMaxAxes))
     return;
@@ -697,7 +712,8 @@ void Emitter::loop_outer_axis() {
   }
   if (outer < 0 || other_blocks <= 0) return;  // other_blocks 0: an empty launch
   const int64_t trips = L_.bc_axes[outer].trips();
-  const int64_t per_block = std::max<int64_t>(1, kTileElems / tile);
+  const int64_t budget = tile_registers() ? kTileElems : 16 * kTileElems;
+  const int64_t per_block = std::max<int64_t>(1, budget / tile);
   int64_t parts = (trips + per_block - 1) / per_block;
   const int64_t want_blocks = L_.wanted_blocks();
   if (parts * other_blocks < want_blocks)

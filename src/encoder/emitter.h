@@ -66,6 +66,7 @@ class Emitter {
   void fit_tile_to_cache();
   void grow_streaming_tile();
   void grow_reduced_rows();
+  bool tile_registers() const;
   void loop_outer_axis();
   Status allocate_registers();
 

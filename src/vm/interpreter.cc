@@ -117,6 +117,7 @@ class BlockRunner {
                       int64_t trips);
   int32_t exec_chain_pair(int32_t pc);
   void exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end);
+  bool exec_loop_col_reduce(int32_t pc, int64_t begin, int64_t end);
   int64_t rows_of(TileClass c) const { return bc::class_has_rows(c) ? active_rows_ : 1; }
   int64_t cols_of(TileClass c) const { return bc::class_has_cols(c) ? active_cols_ : 1; }
 
@@ -1088,6 +1089,33 @@ class StreamScope {
   bool on_;
 };
 
+// Trips [begin, end - 1) of a loop planned as LoadedProgram::loop_col_reduce, each its
+// output row filled with the identity and the tile's rows accumulated into it in order, as
+// the body does through its column register; the last trip is left to the interpreter so
+// that the register ends holding it. False (nothing run) when an operand is not contiguous
+// along the columns.
+bool BlockRunner::exec_loop_col_reduce(int32_t pc, int64_t begin, int64_t end) {
+  const Instr& red = lp_.instrs[pc + 2];
+  const Instr& st = lp_.instrs[pc + 3];
+  const int axis = lp_.instrs[pc].aux;
+  set_axis(axis, begin);
+  const Ref src = resolve(red.a, CType::kF32);
+  const Ref dst = resolve(st.d, CType::kF32);
+  if (src.cs != 1 || dst.cs != 1) return false;
+  const int64_t step = p_.axes[axis].chunk;
+  const int64_t src_step = p_.descs[red.a.index].stride[axis] * step * 4;
+  const int64_t dst_step = p_.descs[st.d.index].stride[axis] * step * 4;
+  const ReduceOp op = bc::aux_reduce_op(red.aux);
+  const int64_t rows = rows_of(red.cls), cols = cols_of(st.cls);
+  for (int64_t t = 0; t < end - 1 - begin; ++t) {
+    auto* out = reinterpret_cast<float*>(dst.p + t * dst_step);
+    cpu::fill_identity(op, CType::kF32, out, cols);
+    cpu::accumulate_f32_rows(op, cpu::Rows{rows, 0, src.rs}, out,
+                             reinterpret_cast<const float*>(src.p + t * src_step), 1, cols);
+  }
+  return true;
+}
+
 void BlockRunner::run(int64_t block) {
   // Decode the block id into one chunk per grid axis (first grid axis slowest).
   std::fill(std::begin(ivar_), std::end(ivar_), 0);
@@ -1118,6 +1146,9 @@ void BlockRunner::run(int64_t block) {
           pc = lp_.loop_end[pc];
           break;
         }
+        if (lp_.loop_col_reduce[pc] && end - begin > 1 && exec_loop_col_reduce(pc, begin, end))
+          begin = end - 1;  // the last trip through the body
+
         stack[depth++] = Frame{pc, in.aux, begin, end};
         set_axis(in.aux, begin);
         break;
@@ -1645,6 +1676,32 @@ bool chain_pair(const LoadedProgram& lp, size_t pc) {
   return !chain_reads(lp, next, wa) && !chain_reads(lp, pc, wb);
 }
 
+// The loop at `pc` is fill r.col; reduce r.col, m over rows; store m', r.col; endloop, all
+// f32 (LoadedProgram::loop_col_reduce), its source and destination distinct memory.
+bool col_reduce_loop(const LoadedProgram& lp, size_t pc) {
+  if (static_cast<size_t>(lp.loop_end[pc]) != pc + 4) return false;
+  const Instr& fill = lp.instrs[pc + 1];
+  const Instr& red = lp.instrs[pc + 2];
+  const Instr& st = lp.instrs[pc + 3];
+  const bc::Program& prog = lp.program;
+  const bool f32 = fill.ctype == CType::kF32 && red.ctype == CType::kF32 && st.ctype == CType::kF32;
+  if (!f32 || fill.op != bc::Opcode::kFill || red.op != bc::Opcode::kReduce ||
+      st.op != bc::Opcode::kStore || fill.cls != TileClass::kCol || st.cls != TileClass::kCol ||
+      red.cls != TileClass::kFull || bc::aux_reduce_op(fill.aux) != bc::aux_reduce_op(red.aux) ||
+      !bc::aux_rows(red.aux) || bc::aux_cols(red.aux))
+    return false;
+  const auto is_reg = [&](const Operand& o) {
+    return o.kind == OperandKind::kReg && o.cls == TileClass::kCol && o.index == fill.d.index;
+  };
+  if (!is_reg(red.d) || !is_reg(st.a) || red.a.kind != OperandKind::kDesc ||
+      st.d.kind != OperandKind::kDesc)
+    return false;
+  const bc::Descriptor& src = prog.descs[red.a.index];
+  const bc::Descriptor& dst = prog.descs[st.d.index];
+  return src.dtype == DType::kF32 && dst.dtype == DType::kF32 &&
+         lp.desc_slot[red.a.index] != lp.desc_slot[st.d.index];
+}
+
 // Trips of the loop of chains at `pc` that its chains take in turns (exec_loop_of_chains):
 // as many as keep the memory one trip's chains touch (each descriptor once) within
 // kLoopBatchBytes, at least one.
@@ -1741,12 +1798,14 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   }
   lp->loop_of_chains.assign(prog.num_instrs(), 0);
   lp->loop_batch.assign(prog.num_instrs(), 1);
+  lp->loop_col_reduce.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i) {
     if (lp->instrs[i].op != bc::Opcode::kLoop) continue;
     // Trips of a tile axis change the active rows or columns: not batched.
     const bool tile_axis = prog.axes[lp->instrs[i].aux].tile != bc::AxisTile::kNone;
     lp->loop_of_chains[i] = !tile_axis && only_chains(*lp, i);
     if (lp->loop_of_chains[i]) lp->loop_batch[i] = loop_batch(*lp, i);
+    lp->loop_col_reduce[i] = !tile_axis && col_reduce_loop(*lp, i);
   }
   for (const bc::Axis& ax : prog.axes) {
     if (ax.iter != bc::AxisIter::kLoop) continue;
