@@ -133,10 +133,17 @@ TEST(Reference, IntegerFloorDivAndRemainderRoundTowardNegativeInfinity) {
   kb.store("q", kb.binary(BinaryOp::kFloorDiv, a, b));
   kb.store("r", kb.binary(BinaryOp::kRemainder, a, b));
   BUILD_OR_FAIL(k, kb);
-  std::vector<int32_t> av = {7, -7, 7, -7, 0, 5}, bv = {2, 2, -2, -2, 3, 0}, q(6), r(6);
+  std::vector<int32_t> av = {7, -7, 7, -7, 0, 5}, bv = {2, 2, -2, -2, 3, 1}, q(6), r(6);
   EXPECT_OK(run(k, {view(av, {6}), view(bv, {6})}, {view(q, {6}), view(r, {6})}));
-  EXPECT_EQ(q, (std::vector<int32_t>{3, -4, -4, 3, 0, 0}));  // x/0 gives 0
+  EXPECT_EQ(q, (std::vector<int32_t>{3, -4, -4, 3, 0, 5}));
   EXPECT_EQ(r, (std::vector<int32_t>{1, 1, -1, -1, 0, 0}));
+  // A zero divisor is an error (torch raises ZeroDivisionError), the outputs untouched.
+  bv[5] = 0;
+  std::vector<int32_t> q0(6, 9), r0(6, 9);
+  const Status s = run(k, {view(av, {6}), view(bv, {6})}, {view(q0, {6}), view(r0, {6})});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("floordiv by zero"), std::string::npos) << s.to_string();
+  EXPECT_EQ(q0, std::vector<int32_t>(6, 9));
 }
 
 TEST(Reference, PredicatesAndBoolInputs) {

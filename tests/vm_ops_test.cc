@@ -426,6 +426,44 @@ void PrintTo(const BinaryCase& c, std::ostream* os) {
 
 class VmBinary : public ::testing::TestWithParam<BinaryCase> {};
 
+// Integer floor_divide and remainder by zero are errors, as torch raises ZeroDivisionError.
+// The reference decides whether a divisor element the kernel reads is 0; then the VM (at 1
+// and 2 threads) must fail too, naming the op. Returns whether they failed.
+bool expect_same_division_error(const Kernel& k, const std::vector<Buffer>& inputs,
+                                const std::vector<ScalarArg>& params, Out layout) {
+  std::vector<TensorArg> in = args_of(inputs);
+  auto ck = CompiledKernel::create(k);
+  EXPECT_TRUE(ck.is_ok());
+  auto shapes = (*ck)->infer_output_shapes(in);
+  EXPECT_TRUE(shapes.is_ok());
+  std::vector<Buffer> out = {make_out(dtype_of_output(k, 0), (*shapes)[0], layout)};
+  const Status ref = run_reference(k, in, args_of(out), params);
+  if (ref.is_ok()) return false;
+  EXPECT_NE(ref.message().find("by zero"), std::string::npos) << ref.to_string();
+  for (int threads : {1, 2}) {
+    CompileOptions opt;
+    opt.num_threads = threads;
+    auto c = CompiledKernel::create(k, opt);
+    EXPECT_TRUE(c.is_ok());
+    const Status vm = (*c)->run(in, args_of(out), params);
+    EXPECT_EQ(vm.code(), StatusCode::kInvalidArgument) << vm.to_string();
+    EXPECT_NE(vm.message().find("by zero"), std::string::npos) << vm.to_string();
+  }
+  return true;
+}
+
+// Makes every zero element of an integer (or bool) buffer 1.
+void replace_zeros(Buffer& b) {
+  for (int64_t i = 0; i < b.arg.storage_elems; ++i) {
+    if (element(b, i) != 0) continue;
+    if (b.dtype == DType::kBool) {
+      b.bytes[i] = 1;
+    } else {
+      set_int(b, i, 1);
+    }
+  }
+}
+
 TEST_P(VmBinary, MatchesReference) {
   const BinaryCase& c = GetParam();
   const ShapeClass& s = c.shape;
@@ -458,6 +496,16 @@ TEST_P(VmBinary, MatchesReference) {
   if (s.scalar == 0) in.push_back(make_buffer(c.dtype, s.b, rng, false, s.offset));
   if (s.specials)
     for (auto& b : in) add_specials(b, rng);
+  // (An integer div is a true division: the builder casts its operands to f32.)
+  const bool divides = c.op.op == BinaryOp::kFloorDiv || c.op.op == BinaryOp::kRemainder;
+  Buffer* divisor = s.scalar == 0 ? &in[1] : s.scalar == 2 ? &in[0] : nullptr;
+  if (!is_float(c.dtype) && divides && divisor != nullptr) {
+    const bool failed = expect_same_division_error(k, in, params, s.out);
+    if (s.specials && c.dtype != DType::kBool) {
+      EXPECT_TRUE(failed) << "specials include 0";
+    }
+    if (failed) replace_zeros(*divisor);  // then the results are compared
+  }
   Tol tol = c.op.op == BinaryOp::kPow ? Tol::kTrans : Tol::kArith;
   check(k, in, {.tol = tol, .params = params, .outs = {s.out}});
 }

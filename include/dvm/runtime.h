@@ -126,8 +126,9 @@ class CompiledKernel {
   // Runs `launch` at this call's addresses: data[k] is argument k's `data` (inputs, then
   // outputs), each laid out exactly as when the launch was prepared; versions[k] the version
   // of input k (null: all 0). The caller guarantees the layout; nothing is re-checked.
-  void run_launch(const Launch& launch, std::span<void* const> data,
-                  const uint64_t* versions = nullptr) const;
+  // Fails only as run() fails on the values themselves (an integer division by zero).
+  Status run_launch(const Launch& launch, std::span<void* const> data,
+                    const uint64_t* versions = nullptr) const;
   // The disassembled bytecode of the programs for these inputs (encodes if needed).
   StatusOr<std::string> disassemble(std::span<const TensorArg> inputs,
                                     std::span<const TensorArg> outputs) const;

@@ -183,6 +183,10 @@ def test_integer_division(rng):
     q, r = ck(a, b)
     np.testing.assert_array_equal(q, np.floor_divide(a, b))
     np.testing.assert_array_equal(r, np.remainder(a, b))
+    # A zero divisor is an error, as torch raises ZeroDivisionError (numpy gives 0).
+    b[3] = 0
+    with pytest.raises(dvm.DvmError, match="(floordiv|rem) by zero"):
+        ck(a, b)
 
 
 @pytest.mark.parametrize("op", [dvm.BinaryOp.LOGICAL_AND, dvm.BinaryOp.LOGICAL_OR],

@@ -632,3 +632,37 @@ def test_dvm_and_torch_threads_run_concurrently():
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads), "a thread did not finish (deadlock?)"
     assert not errors, errors
+
+
+@pytest.mark.allow_fallback("a zero divisor fails the DVM run; the ATen code then raises",
+                            kinds=("runtime",))
+@pytest.mark.parametrize("op", ["//", "%", "floor_divide", "remainder"])
+def test_integer_division_by_zero_raises_like_eager(op):
+    """Integer // and % by zero raise torch's ZeroDivisionError through the backend, as in
+    eager (DVM reports the zero divisor; the partition's ATen code then raises it)."""
+    fns = {"//": lambda a, b: a // b + 1, "%": lambda a, b: a % b + 1,
+           "floor_divide": lambda a, b: torch.floor_divide(a, b) * 2,
+           "remainder": lambda a, b: torch.remainder(a, b) * 2}
+    f = fns[op]
+    c = torch.compile(f, backend="dvm", dynamic=True)
+    a = torch.tensor([5, -7, 9, 4, 11])
+    for b in (torch.tensor([2, 3, -4, 1, 5]), torch.tensor([2, 3, -4, 1, 5, 6])[:5]):
+        torch.testing.assert_close(c(a, b), f(a, b))
+    b0 = torch.tensor([2, 0, -4, 1, 5])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(a, b0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        c(a, b0)
+    torch.testing.assert_close(c(a, b0 + 10), f(a, b0 + 10))  # and it still runs after
+
+
+def test_lazy_integer_division_by_zero_fails_its_flush():
+    """In lazy mode the zero divisor is found when the trace runs: the read that flushes it
+    raises DvmError naming the op (eager raises RuntimeError at the op itself)."""
+    a = torch.tensor([5, -7, 9, 4, 11])
+    with dvm.lazy():
+        ok = (a // torch.tensor([2, 3, -4, 1, 5]) + 1).tolist()
+    assert ok == (a // torch.tensor([2, 3, -4, 1, 5]) + 1).tolist()
+    with pytest.raises(dvm.DvmError, match="floordiv by zero"):
+        with dvm.lazy():
+            (a // torch.tensor([2, 0, -4, 1, 5]) + 1).tolist()

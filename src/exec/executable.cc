@@ -155,8 +155,8 @@ struct Executable::Impl {
                              const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
                              GraphRunStats* st, std::vector<char>* prepared) const;
   // A repeated call: only addresses are bound (see PreparedCall).
-  void run_prepared(const PreparedCall& pc, std::span<const TensorArg> inputs,
-                    std::span<const TensorArg> outputs, Arena* arena, GraphRunStats* st) const;
+  Status run_prepared(const PreparedCall& pc, std::span<const TensorArg> inputs,
+                      std::span<const TensorArg> outputs, Arena* arena, GraphRunStats* st) const;
   // The PreparedCall of a call that just ran the full path with these kernel arguments; null
   // when the graph or the call needs the full path every time.
   std::shared_ptr<const PreparedCall> prepare_call(
@@ -774,10 +774,10 @@ std::shared_ptr<const PreparedCall> Executable::Impl::prepare_call(
   return pc;
 }
 
-void Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const TensorArg> inputs,
-                                    std::span<const TensorArg> outputs, Arena* arena,
-                                    GraphRunStats* st) const {
-  const auto launch = [&](const PreparedCall::Kernel& k) {
+Status Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const TensorArg> inputs,
+                                      std::span<const TensorArg> outputs, Arena* arena,
+                                      GraphRunStats* st) const {
+  const auto launch = [&](const PreparedCall::Kernel& k) -> Status {
     thread_local std::vector<void*> data;
     thread_local std::vector<uint64_t> versions;
     data.resize(k.args.size());
@@ -797,23 +797,28 @@ void Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const Tens
           break;
       }
     }
-    steps[k.step].kernel->run_launch(*k.launch, data, k.any_version ? versions.data() : nullptr);
+    return steps[k.step].kernel->run_launch(*k.launch, data,
+                                            k.any_version ? versions.data() : nullptr);
   };
   for (size_t w = 0; w < pc.stacked.size(); ++w) {
     const std::vector<int>& small = pc.stacked[w];
     if (!small.empty()) {
       int parts = parts_for(small.size());
+      std::vector<Status> failed(static_cast<size_t>(parts));
       base::parallel_for(parts, [&](int part) {
-        for (size_t i = part; i < small.size(); i += parts) launch(pc.kernels[small[i]]);
+        for (size_t i = part; i < small.size() && failed[part].is_ok(); i += parts)
+          failed[part] = launch(pc.kernels[small[i]]);
       });
+      for (const Status& f : failed) DVM_RETURN_IF_ERROR(f);
     }
-    for (int s : pc.in_order[w]) launch(pc.kernels[s]);
+    for (int s : pc.in_order[w]) DVM_RETURN_IF_ERROR(launch(pc.kernels[s]));
     for (int s : small) st->bytes_moved += pc.kernels[s].bytes_moved;
     for (int s : pc.in_order[w]) st->bytes_moved += pc.kernels[s].bytes_moved;
     st->kernels_launched += static_cast<int>(small.size() + pc.in_order[w].size());
     st->cache_hits += static_cast<int>(small.size() + pc.in_order[w].size());
     st->kernels_stacked += static_cast<int>(small.size());
   }
+  return Status::ok();
 }
 
 Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
@@ -849,10 +854,10 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
   }
   st.bind_us = base::now_us() - t0;
   if (pc) {
-    x.run_prepared(*pc, inputs, outputs, arena.get(), &st);
+    const Status status = x.run_prepared(*pc, inputs, outputs, arena.get(), &st);
     x.give_arena(std::move(arena));
     if (stats) *stats = st;
-    return Status::ok();
+    return status;
   }
   CallState cs(x, *p, inputs, outputs, arena.get());
   Status status;

@@ -5,6 +5,7 @@
 // anywhere leaves the outputs untouched.
 #include "ir/reference.h"
 
+#include <algorithm>
 #include <array>
 #include <type_traits>
 #include <utility>
@@ -530,6 +531,21 @@ RefValue eval_concat(const ir::Node& n, const std::vector<RefValue>& vals, const
   return out;
 }
 
+// An integer div, floor_divide or remainder whose divisor b has a zero element.
+bool integer_division_by_zero(BinaryOp op, const RefValue& b) {
+  if (op != BinaryOp::kDiv && op != BinaryOp::kFloorDiv && op != BinaryOp::kRemainder) return false;
+  return std::visit(
+      [](const auto& v) {
+        using T = typename std::remove_cvref_t<decltype(v)>::value_type;
+        if constexpr (std::is_same_v<T, float>) {
+          return false;
+        } else {
+          return std::find(v.begin(), v.end(), T{0}) != v.end();
+        }
+      },
+      b.data);
+}
+
 Status eval_elementwise(const ir::KernelDef& def, int node, const std::vector<RefValue>& vals,
                         const CShape& shape, RefValue* out) {
   const ir::Node& n = def.nodes[node];
@@ -546,6 +562,12 @@ Status eval_elementwise(const ir::KernelDef& def, int node, const std::vector<Re
       *out = eval_unary(n.unary_op(), args[0]);
       break;
     case ir::OpKind::kBinary:
+      if (integer_division_by_zero(n.binary_op(), args[1])) {
+        // torch raises ZeroDivisionError; the VM reports it too (vm::LaunchArgs::fault).
+        return invalid_argument(def.name + ": integer " + binary_op_name(n.binary_op()) +
+                                " by zero (a divisor element is 0) at " +
+                                ir::node_label(def, node));
+      }
       *out = eval_binary(n.binary_op(), args[0], args[1]);
       break;
     default:

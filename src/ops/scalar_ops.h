@@ -15,10 +15,12 @@
 //   b == 0 gives the IEEE quotient a / b). Remainder f32: r = fmod(a, b), r += b when r != 0 and
 //   r, b differ in sign (torch).
 // - Integers: add/sub/mul/neg/abs wrap (computed in unsigned, no UB); floor_divide and
-//   remainder round toward -inf; division by zero gives 0; INT_MIN / -1 wraps to INT_MIN and
-//   INT_MIN % -1 = 0. Pow by repeated squaring (wrapping); a negative exponent gives 0, except
-//   base 1 -> 1 and base -1 -> +-1. Div (not produced by the builder, which casts to f32) truncates
-//   toward zero with the same /0 and overflow rules.
+//   remainder round toward -inf; division by zero is an error of the kernel's run (torch
+//   raises ZeroDivisionError: the reference executor and the VM report it), these functions
+//   giving 0 for it; INT_MIN / -1 wraps to INT_MIN and INT_MIN % -1 = 0. Pow by repeated squaring
+//   (wrapping); a negative exponent gives 0, except base 1 -> 1 and base -1 -> +-1. Div (not
+//   produced by the builder, which casts to f32) truncates toward zero with the same /0 and
+//   overflow rules.
 // - Comparisons and logical ops give i32 0/1; logical ops take any non-zero (NaN too) as true.
 // - Conversions: f32 -> i32/i64 truncates toward zero, saturates, NaN -> 0; i64 -> i32 wraps;
 //   int -> f32 rounds to nearest even. Bool storage is one byte 0/1 (non-zero -> 1).

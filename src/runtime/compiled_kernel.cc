@@ -2,6 +2,7 @@
 // offsets of an earlier call reuses that call's programs and only binds the new addresses
 // (relocation); anything else binds symbols, infers shapes, encodes and verifies.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -258,10 +259,12 @@ Status check_spans(const std::string& kernel, const enc::EncodedKernel& ek,
 }
 
 // Binds the addresses (arguments, then this thread's workspaces) and launches every program.
-void launch_programs(const std::vector<std::shared_ptr<const vm::LoadedProgram>>& loaded,
-                     const enc::EncodedKernel& ek, size_t io, size_t num_inputs,
-                     std::span<void* const> data, const uint64_t* in_versions,
-                     const bc::Constant* consts, int threads) {
+// An integer division by zero (torch raises there) stops it with an error naming the op.
+Status launch_programs(const std::string& kernel,
+                       const std::vector<std::shared_ptr<const vm::LoadedProgram>>& loaded,
+                       const enc::EncodedKernel& ek, size_t io, size_t num_inputs,
+                       std::span<void* const> data, const uint64_t* in_versions,
+                       const bc::Constant* consts, int threads) {
   size_t nslots = ek.slot_spans.size();
   thread_local std::vector<void*> slots;
   thread_local std::vector<uint64_t> versions;
@@ -283,8 +286,17 @@ void launch_programs(const std::vector<std::shared_ptr<const vm::LoadedProgram>>
     if (ws.size() < bytes) ws.resize(bytes);
     slots[s] = ws.data();
   }
+  std::atomic<int> fault{0};
   vm::LaunchArgs args{slots.data(), consts, any_version ? versions.data() : nullptr};
-  for (const auto& p : loaded) vm::launch(*p, args, threads);
+  args.fault = &fault;
+  for (const auto& p : loaded) {
+    vm::launch(*p, args, threads);
+    if (const int f = fault.load(std::memory_order_relaxed); f != 0) {
+      return invalid_argument(kernel + ": integer " + binary_op_name(static_cast<BinaryOp>(f - 1)) +
+                              " by zero (a divisor element is 0)");
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -311,8 +323,8 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
   for (size_t k = 0; k < outputs.size(); ++k) data[inputs.size() + k] = outputs[k].data;
   thread_local std::vector<bc::Constant> consts;
   param_constants(impl_->kernel.def(), params, &consts);
-  launch_programs(enc->loaded, ek, io, inputs.size(), data, versions.data(), consts.data(),
-                  impl_->threads);
+  DVM_RETURN_IF_ERROR(launch_programs(impl_->kernel.def().name, enc->loaded, ek, io, inputs.size(),
+                                      data, versions.data(), consts.data(), impl_->threads));
   if (stats) {
     for (const auto& p : enc->loaded) stats->blocks += p->program.grid;
     stats->programs = static_cast<int>(ek.programs.size());
@@ -336,10 +348,11 @@ StatusOr<std::shared_ptr<const CompiledKernel::Launch>> CompiledKernel::prepare_
   return std::shared_ptr<const Launch>(std::move(l));
 }
 
-void CompiledKernel::run_launch(const Launch& l, std::span<void* const> data,
-                                const uint64_t* versions) const {
-  launch_programs(l.encoded->loaded, l.encoded->kernel, data.size(), l.num_inputs, data, versions,
-                  l.consts.data(), impl_->threads);
+Status CompiledKernel::run_launch(const Launch& l, std::span<void* const> data,
+                                  const uint64_t* versions) const {
+  return launch_programs(impl_->kernel.def().name, l.encoded->loaded, l.encoded->kernel,
+                         data.size(), l.num_inputs, data, versions, l.consts.data(),
+                         impl_->threads);
 }
 
 StatusOr<std::vector<std::vector<int64_t>>> CompiledKernel::infer_output_shapes(

@@ -245,6 +245,27 @@ const T* as(const Ref& r) {
   return reinterpret_cast<const T*>(r.p);
 }
 
+bool divides(BinaryOp op) {
+  return op == BinaryOp::kDiv || op == BinaryOp::kFloorDiv || op == BinaryOp::kRemainder;
+}
+
+// Does the integer operand r (rows x cols, as resolved) hold a zero?
+bool has_zero(CType t, const Ref& r, int64_t rows, int64_t cols) {
+  const int64_t es = ctype_size(t);
+  const int64_t n = r.cs == 0 ? 1 : cols;
+  for (int64_t i = 0; i < rows; ++i) {
+    const char* row = r.p + i * r.rs * es;
+    for (int64_t j = 0; j < n; ++j) {
+      const char* e = row + j * r.cs * es;
+      const bool zero = t == CType::kI32 ? *reinterpret_cast<const int32_t*>(e) == 0
+                                         : *reinterpret_cast<const int64_t*>(e) == 0;
+      if (zero) return true;
+    }
+    if (r.rs == 0) break;
+  }
+  return false;
+}
+
 void BlockRunner::exec_binary(const Instr& in) {
   BinaryOp op = bc::binary_of(in.op);
   bool cmp = ops::returns_bool(op);
@@ -259,6 +280,10 @@ void BlockRunner::exec_binary(const Instr& in) {
                          as<float>(a), static_cast<int>(a.cs), as<float>(b), static_cast<int>(b.cs),
                          cols);
     return;
+  }
+  if (args_.fault != nullptr && in.ctype != CType::kF32 && divides(op) &&
+      has_zero(in.ctype, b, rows, cols)) {
+    args_.fault->store(static_cast<int>(op) + 1, std::memory_order_relaxed);
   }
   for (int64_t r = 0; r < rows; ++r) {
     char* dp = d.p + r * d.rs * ds;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -98,6 +99,10 @@ struct LaunchArgs {
   // Streaming stores for memory results (cpu::set_stream_stores): set by launch() for
   // launches whose work exceeds the streaming threshold.
   bool stream_stores = false;
+  // Where a block reports an integer division (div, floor_divide, remainder) by zero: the
+  // BinaryOp's value + 1 (torch raises there; the spec's result, 0, is still written). May be
+  // null: not reported.
+  std::atomic<int>* fault = nullptr;
 };
 
 // Launches with more bytes of work (elements of tiles walked, x 4) than this stream their
