@@ -539,9 +539,10 @@ def test_torch_call_path_reads_tensors_in_cpp():
         torch.testing.assert_close(c(xin, bias), f(xin.resolve_neg(), bias))
 
 
-def test_single_partition_graph_is_called_directly(monkeypatch):
-    """A graph that is one partition fed by graph inputs compiles to the partition's call
-    itself; inputs the C++ path declines (torch's negative bit) still run correctly."""
+@pytest.fixture
+def direct_calls(monkeypatch):
+    """The direct calls single_partition_call makes for the graphs compiled in the test (None
+    where a graph is not one partition)."""
     from dvm.torch_backend import backend
 
     made = []
@@ -553,6 +554,13 @@ def test_single_partition_graph_is_called_directly(monkeypatch):
         return run
 
     monkeypatch.setattr(backend, "single_partition_call", spy)
+    return made
+
+
+def test_single_partition_graph_is_called_directly(direct_calls):
+    """A graph that is one partition fed by graph inputs compiles to the partition's call
+    itself; inputs the C++ path declines (torch's negative bit) still run correctly."""
+    made = direct_calls
     c = torch.compile(lambda x, y: torch.tanh(x) * y, backend="dvm", dynamic=True)
     y = torch.randn(8)
     for x in (torch.randn(3, 8), torch.randn(5, 8), torch._neg_view(torch.randn(5, 8))):
@@ -562,23 +570,15 @@ def test_single_partition_graph_is_called_directly(monkeypatch):
     assert [run.partition.calls for run in made] == [2, 1]
 
 
-def test_single_partition_call_skips_the_partition_with_dynamic_sizes(monkeypatch):
+def test_single_partition_call_skips_the_partition_with_dynamic_sizes(direct_calls,
+                                                                      monkeypatch):
     """With dynamic=True the graph passes SymInts beside the tensors; after the first call
     the direct path binds the tensors itself, never going through the partition's forward."""
-    from dvm.torch_backend import backend
-
-    made = []
-    orig = backend.single_partition_call
-
-    def spy(fused):
-        run = orig(fused)
-        made.append(run)
-        return run
+    made = direct_calls
 
     def f(x, r, w, b):
         return torch.nn.functional.layer_norm(x + r, (x.shape[-1],), w, b)
 
-    monkeypatch.setattr(backend, "single_partition_call", spy)
     c = torch.compile(f, backend="dvm", dynamic=True)
     w, b = torch.randn(16), torch.randn(16)
     c(torch.randn(2, 3, 16), torch.randn(2, 3, 16), w, b)  # compiles; the partition's call
