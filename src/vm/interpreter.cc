@@ -1173,7 +1173,6 @@ void BlockRunner::run(int64_t block) {
         }
         if (lp_.loop_col_reduce[pc] && end - begin > 1 && exec_loop_col_reduce(pc, begin, end))
           begin = end - 1;  // the last trip through the body
-
         stack[depth++] = Frame{pc, in.aux, begin, end};
         set_axis(in.aux, begin);
         break;
