@@ -804,12 +804,18 @@ Status Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const Te
     const std::vector<int>& small = pc.stacked[w];
     if (!small.empty()) {
       int parts = parts_for(small.size());
-      std::vector<Status> failed(static_cast<size_t>(parts));
+      std::mutex mu;  // guards `failed`, written only by a launch that fails
+      Status failed;
       base::parallel_for(parts, [&](int part) {
-        for (size_t i = part; i < small.size() && failed[part].is_ok(); i += parts)
-          failed[part] = launch(pc.kernels[small[i]]);
+        for (size_t i = part; i < small.size(); i += parts) {
+          Status s = launch(pc.kernels[small[i]]);
+          if (s.is_ok()) continue;
+          std::lock_guard<std::mutex> lock(mu);
+          if (failed.is_ok()) failed = std::move(s);
+          return;
+        }
       });
-      for (const Status& f : failed) DVM_RETURN_IF_ERROR(f);
+      DVM_RETURN_IF_ERROR(failed);
     }
     for (int s : pc.in_order[w]) DVM_RETURN_IF_ERROR(launch(pc.kernels[s]));
     for (int s : small) st->bytes_moved += pc.kernels[s].bytes_moved;

@@ -533,7 +533,7 @@ RefValue eval_concat(const ir::Node& n, const std::vector<RefValue>& vals, const
 
 // An integer div, floor_divide or remainder whose divisor b has a zero element.
 bool integer_division_by_zero(BinaryOp op, const RefValue& b) {
-  if (op != BinaryOp::kDiv && op != BinaryOp::kFloorDiv && op != BinaryOp::kRemainder) return false;
+  if (!is_division(op)) return false;
   return std::visit(
       [](const auto& v) {
         using T = typename std::remove_cvref_t<decltype(v)>::value_type;

@@ -67,5 +67,10 @@ constexpr bool returns_bool(BinaryOp op) {
 constexpr bool is_logical(BinaryOp op) {
   return binary_kind(op) == BinaryKind::kLogical;
 }
+// Divides by its second operand: on integers a zero divisor is an error of the run (torch
+// raises ZeroDivisionError), reported by the VM and the reference, never folded away.
+constexpr bool is_division(BinaryOp op) {
+  return op == BinaryOp::kDiv || op == BinaryOp::kFloorDiv || op == BinaryOp::kRemainder;
+}
 
 }  // namespace dvm::ops

@@ -51,9 +51,7 @@ std::optional<double> fold_unary(UnaryOp op, DType in, DType out, double x) {
 
 std::optional<double> fold_binary(BinaryOp op, DType operand, DType out, double a, double b) {
   // An integer division by zero is an error at run time (as torch raises): not folded away.
-  const bool divides =
-      op == BinaryOp::kDiv || op == BinaryOp::kFloorDiv || op == BinaryOp::kRemainder;
-  if (divides && compute_type(operand) != CType::kF32 && b == 0) return std::nullopt;
+  if (ops::is_division(op) && compute_type(operand) != CType::kF32 && b == 0) return std::nullopt;
   switch (compute_type(operand)) {
     case CType::kF32:
       return convert(ops::binary_f32(op, static_cast<float>(a), static_cast<float>(b)), out);

@@ -245,10 +245,6 @@ const T* as(const Ref& r) {
   return reinterpret_cast<const T*>(r.p);
 }
 
-bool divides(BinaryOp op) {
-  return op == BinaryOp::kDiv || op == BinaryOp::kFloorDiv || op == BinaryOp::kRemainder;
-}
-
 // Does the integer operand r (rows x cols, as resolved) hold a zero?
 bool has_zero(CType t, const Ref& r, int64_t rows, int64_t cols) {
   const int64_t es = ctype_size(t);
@@ -281,7 +277,7 @@ void BlockRunner::exec_binary(const Instr& in) {
                          cols);
     return;
   }
-  if (args_.fault != nullptr && in.ctype != CType::kF32 && divides(op) &&
+  if (args_.fault != nullptr && in.ctype != CType::kF32 && ops::is_division(op) &&
       has_zero(in.ctype, b, rows, cols)) {
     args_.fault->store(static_cast<int>(op) + 1, std::memory_order_relaxed);
   }
@@ -655,8 +651,6 @@ int32_t BlockRunner::exec_chain_pair(int32_t pc) {
   return next + bc::chain_length(lp_.instrs[next].aux);
 }
 
-// Runs the chain at `pc` with operands `ops` (prepare_chain) for trips [first, first + trips)
-// counted from where they were resolved.
 // A chain that stores y = a +- b (kept) and sums exp(y) along the columns
 // (LoadedProgram::chain_sum_exp): one map_reduce pass per block of rows and trip, whole rows,
 // the exponentials never stored.
@@ -686,6 +680,8 @@ void BlockRunner::run_sum_exp(int32_t pc, const ChainOps& ops, int64_t first, in
   }
 }
 
+// Runs the chain at `pc` with operands `ops` (prepare_chain) for trips [first, first + trips)
+// counted from where they were resolved.
 void BlockRunner::run_chain(int32_t pc, const ChainOps& ops, int64_t first, int64_t trips) {
   if (lp_.chain_sum_exp[pc]) {
     run_sum_exp(pc, ops, first, trips);
@@ -1128,8 +1124,8 @@ bool BlockRunner::exec_loop_col_reduce(int32_t pc, int64_t begin, int64_t end) {
   const Ref dst = resolve(st.d, CType::kF32);
   if (src.cs != 1 || dst.cs != 1) return false;
   const int64_t step = p_.axes[axis].chunk;
-  const int64_t src_step = p_.descs[red.a.index].stride[axis] * step * 4;
-  const int64_t dst_step = p_.descs[st.d.index].stride[axis] * step * 4;
+  const int64_t src_step = p_.descs[red.a.index].stride[axis] * step * int64_t{sizeof(float)};
+  const int64_t dst_step = p_.descs[st.d.index].stride[axis] * step * int64_t{sizeof(float)};
   const ReduceOp op = bc::aux_reduce_op(red.aux);
   const int64_t rows = rows_of(red.cls), cols = cols_of(st.cls);
   for (int64_t t = 0; t < end - 1 - begin; ++t) {
@@ -1714,10 +1710,10 @@ bool col_reduce_loop(const LoadedProgram& lp, size_t pc) {
       red.cls != TileClass::kFull || bc::aux_reduce_op(fill.aux) != bc::aux_reduce_op(red.aux) ||
       !bc::aux_rows(red.aux) || bc::aux_cols(red.aux))
     return false;
-  const auto is_reg = [&](const Operand& o) {
-    return o.kind == OperandKind::kReg && o.cls == TileClass::kCol && o.index == fill.d.index;
+  const auto acc = [&](const Operand& o) {
+    return is_reg(o, fill.d.index) && o.cls == TileClass::kCol;
   };
-  if (!is_reg(red.d) || !is_reg(st.a) || red.a.kind != OperandKind::kDesc ||
+  if (!acc(red.d) || !acc(st.a) || red.a.kind != OperandKind::kDesc ||
       st.d.kind != OperandKind::kDesc)
     return false;
   const bc::Descriptor& src = prog.descs[red.a.index];
