@@ -463,5 +463,69 @@ TEST(Runtime, OverlappingOutputsAreRejected) {
   }
 }
 
+// A call whose layout (shapes, strides, offsets, dtypes, storage sizes) was bound before
+// reuses that binding's proofs and re-checks only what its pointers decide: overlaps, null
+// data. Each rejection below follows a successful call of the same layout.
+TEST(Runtime, CachedBindingsStillCheckPointersAndStorage) {
+  KernelBuilder kb("affine2");
+  Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {S});
+  kb.store("y", kb.add(kb.mul(x, kb.constant(2.0)), kb.constant(1.0)));
+  kb.store("z", kb.unary(UnaryOp::kNeg, x));
+  auto ck = CompiledKernel::create(kb.build().value()).value();
+  std::vector<float> mem(64, 1.0f), other(64, 0.0f);
+  const auto view = [](float* p, int64_t n) { return TensorArg::contiguous(p, DType::kF32, {n}); };
+  const TensorArg in[] = {view(mem.data(), 16)};
+  const TensorArg good[] = {view(other.data(), 16), view(other.data() + 16, 16)};
+  ASSERT_TRUE(ck->run(in, good).is_ok());
+  const auto expect_error = [&](std::span<const TensorArg> ins, std::span<const TensorArg> outs,
+                                const std::string& needle) {
+    std::vector<float> before = mem, before_other = other;
+    RunStats stats;
+    Status st = ck->run(ins, outs, {}, &stats);
+    EXPECT_FALSE(st.is_ok()) << needle;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+    EXPECT_EQ(mem, before) << needle;
+    EXPECT_EQ(other, before_other) << needle;
+  };
+  const TensorArg over_input[] = {view(mem.data() + 4, 16), view(other.data(), 16)};
+  expect_error(in, over_input, "overlaps the memory of input 0");
+  const TensorArg outs_meet[] = {view(other.data(), 16), view(other.data() + 15, 16)};
+  expect_error(in, outs_meet, "outputs 0 and 1 overlap");
+  const TensorArg null_in[] = {view(nullptr, 16)};
+  expect_error(null_in, good, "input 'x' has null data");
+  const TensorArg null_out[] = {view(other.data(), 16), view(nullptr, 16)};
+  expect_error(in, null_out, "output 'z' has null data");
+  // The storage size is part of the layout: the same view over too little storage is refused.
+  TensorArg short_storage = view(mem.data(), 16);
+  short_storage.storage_elems = 8;
+  const TensorArg short_in[] = {short_storage};
+  expect_error(short_in, good, "outside its storage");
+  // The bound layout still runs, with new pointers.
+  const TensorArg moved_in[] = {view(mem.data() + 32, 16)};
+  const TensorArg moved[] = {view(other.data() + 32, 16), view(other.data() + 48, 16)};
+  RunStats stats;
+  ASSERT_TRUE(ck->run(moved_in, moved, {}, &stats).is_ok());
+  EXPECT_TRUE(stats.cache_hit);
+  EXPECT_EQ(other[32], 3.0f);
+  EXPECT_EQ(other[48], -1.0f);
+  // In place: a one-output elementwise kernel bound out of place runs in place at the same
+  // layout, and still refuses a partial overlap of that layout.
+  KernelBuilder one("scale2");
+  Value x1 = one.load("x", DType::kF32, {one.symbol("S")});
+  one.store("y", one.mul(x1, one.constant(3.0)));
+  auto ck1 = CompiledKernel::create(one.build().value()).value();
+  const TensorArg a[] = {view(mem.data(), 8)}, b[] = {view(other.data(), 8)};
+  ASSERT_TRUE(ck1->run(a, b).is_ok());
+  std::fill(other.begin(), other.begin() + 8, 2.0f);
+  ASSERT_TRUE(ck1->run(b, b).is_ok());
+  EXPECT_EQ(other[0], 6.0f);
+  EXPECT_EQ(other[7], 6.0f);
+  const TensorArg shifted[] = {view(other.data() + 1, 8)};
+  Status st = ck1->run(b, shifted);
+  EXPECT_NE(st.message().find("overlaps the memory of input 0"), std::string::npos)
+      << st.to_string();
+}
+
 }  // namespace
 }  // namespace dvm::testing

@@ -2,8 +2,10 @@
 // Executable::run) makes before any program runs.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dvm/runtime.h"
 
@@ -18,5 +20,30 @@ namespace dvm::runtime {
 // kernel or graph.
 Status check_no_overlap(const std::string& name, std::span<const TensorArg> inputs,
                         std::span<const TensorArg> outputs, bool allow_in_place = false);
+
+// The two halves of check_no_overlap, for callers that check many calls of one argument
+// layout (shapes, strides, offsets, dtypes): what depends on the layout alone once, the
+// pointers on every call.
+
+// The bytes a view touches, relative to its data pointer: [lo, hi); lo == hi: none.
+struct ByteExtent {
+  int64_t lo = 0;
+  int64_t hi = 0;
+};
+ByteExtent byte_extent(const TensorArg& t);
+
+// Some element of `t` has two indices (a zero stride, or strides that interleave).
+bool self_overlaps(const TensorArg& t);
+
+// Whether input i and output k have the same layout (offset, shape, strides, dtype); flags
+// in input-major order (i * outputs + k). Such a pair is the same view when it shares data.
+void same_layouts(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+                  std::vector<uint8_t>* flags);
+
+// The per-call half: no output's bytes meet an input's or another output's. `data` and
+// `extents` hold the inputs, then the outputs; `in_place` (empty: none allowed) the flags of
+// same_layouts, for a kernel that may write an output over its exact input view.
+Status check_disjoint(const std::string& name, size_t num_inputs, std::span<void* const> data,
+                      std::span<const ByteExtent> extents, std::span<const uint8_t> in_place);
 
 }  // namespace dvm::runtime

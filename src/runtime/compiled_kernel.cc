@@ -34,22 +34,41 @@ struct KeyHash {
   }
 };
 
-void append_arg(const TensorArg& t, Key* key) {
-  key->push_back(static_cast<int64_t>(t.shape.size()));
+// One tensor's part of the cache key (see make_key), written at `k`; returns its end.
+int64_t* put_arg(const TensorArg& t, int64_t* k) {
   const size_t r = std::min<size_t>(t.shape.size(), kMaxRank);
-  for (size_t i = 0; i < r; ++i) key->push_back(t.shape[i]);
+  *k++ = static_cast<int64_t>(t.dtype);
+  *k++ = static_cast<int64_t>(t.shape.size());
+  for (size_t i = 0; i < r; ++i) *k++ = t.shape[i];
   if (t.strides.size() == t.shape.size()) {
-    for (size_t i = 0; i < r; ++i) key->push_back(t.strides[i]);
-  } else {  // the contiguous strides of the first r dims, computed in place (no allocation)
-    int64_t strides[kMaxRank];
+    for (size_t i = 0; i < r; ++i) *k++ = t.strides[i];
+  } else {  // the contiguous strides, computed in place
     int64_t s = 1;
     for (size_t i = r; i-- > 0;) {
-      strides[i] = s;
+      k[i] = s;
       s *= t.shape[i];
     }
-    for (size_t i = 0; i < r; ++i) key->push_back(strides[i]);
+    k += r;
   }
-  key->push_back(t.offset);
+  *k++ = t.offset;
+  *k++ = t.storage_elems;
+  return k;
+}
+
+// The cache key of a call: the argument counts, then per tensor its dtype, rank, sizes,
+// strides (the contiguous ones when none are given), offset and storage size. Everything the
+// programs and the proofs of a binding (bounds, self-overlap, same layouts) depend on, so a
+// call that hits re-proves only what its pointers decide.
+void make_key(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs, Key* key) {
+  size_t n = 2;
+  for (std::span<const TensorArg> args : {inputs, outputs})
+    for (const TensorArg& t : args) n += 4 + 2 * std::min<size_t>(t.shape.size(), kMaxRank);
+  key->resize(n);
+  int64_t* k = key->data();
+  *k++ = static_cast<int64_t>(inputs.size());
+  *k++ = static_cast<int64_t>(outputs.size());
+  for (std::span<const TensorArg> args : {inputs, outputs})
+    for (const TensorArg& t : args) k = put_arg(t, k);
 }
 
 int64_t storage_of(const TensorArg& t) {
@@ -68,19 +87,44 @@ struct CompiledKernel::Impl {
   // position being written, before it is written, so that output may be the input's view.
   bool in_place_ok = false;
   mutable std::mutex mu;
-  // A binding's encoded kernel and its programs as the VM loaded them.
+  // A binding's encoded kernel, its programs as the VM loaded them, and what its arguments'
+  // layout proves once for every call that hits it.
   struct Encoded {
     enc::EncodedKernel kernel;
     std::vector<std::shared_ptr<const vm::LoadedProgram>> loaded;
+    // Per argument (inputs, then outputs): the bytes its view touches, and whether any
+    // program or the view touches memory at all (its data may then not be null).
+    std::vector<runtime::ByteExtent> extents;
+    std::vector<uint8_t> needs_data;
+    std::vector<uint8_t> in_place;  // runtime::same_layouts, when in_place_ok
   };
+  using Entry = std::pair<const Key, std::shared_ptr<const Encoded>>;
   mutable std::unordered_map<Key, std::shared_ptr<const Encoded>, KeyHash> cache;
+  // The entry of the last hit or insert: calls mostly repeat the previous call's layout, and
+  // comparing keys is cheaper than hashing and probing. Map nodes stay put until erased.
+  mutable const Entry* last = nullptr;
 
+  // The binding of these arguments, found or encoded; a new one is checked (dtypes, bounds,
+  // overlaps, the programs' spans) before it is cached. Every call then runs check_pointers.
   StatusOr<std::shared_ptr<const Encoded>> lookup(std::span<const TensorArg> inputs,
                                                   std::span<const TensorArg> outputs,
                                                   std::span<const ScalarArg> params,
                                                   RunStats* stats) const;
-  Status check_fast(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
-                    std::span<const ScalarArg> params) const;
+  StatusOr<std::shared_ptr<const Encoded>> encode(std::span<const TensorArg> inputs,
+                                                  std::span<const TensorArg> outputs,
+                                                  std::span<const ScalarArg> params,
+                                                  RunStats* stats) const;
+  Status check_counts_and_params(std::span<const TensorArg> inputs,
+                                 std::span<const TensorArg> outputs,
+                                 std::span<const ScalarArg> params) const;
+  Status check_dtypes(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs) const;
+  Status check_pointers(const Encoded& e, std::span<const TensorArg> inputs,
+                        std::span<const TensorArg> outputs) const;
+  // The checks and the binding of a call: the part of run() before the launch.
+  StatusOr<std::shared_ptr<const Encoded>> bind(std::span<const TensorArg> inputs,
+                                                std::span<const TensorArg> outputs,
+                                                std::span<const ScalarArg> params,
+                                                RunStats* stats) const;
 };
 
 CompiledKernel::CompiledKernel() : impl_(std::make_unique<Impl>()) {}
@@ -112,7 +156,6 @@ size_t CompiledKernel::cached_programs() const {
   return impl_->cache.size();
 }
 
-// Checks that need no shape inference: counts, dtypes, null pointers, params.
 // An integer param holds exactly an integer of its dtype's range: a float given for it must
 // be integral and in range (NaN, inf or 2**40 for an i32 used to become 0 silently).
 static Status check_param(const std::string& kernel, const std::string& name, DType dtype,
@@ -129,9 +172,10 @@ static Status check_param(const std::string& kernel, const std::string& name, DT
                           ") cannot hold " + value);
 }
 
-Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
-                                        std::span<const TensorArg> outputs,
-                                        std::span<const ScalarArg> params) const {
+// What every call checks before its lookup: the argument counts and the params' values.
+Status CompiledKernel::Impl::check_counts_and_params(std::span<const TensorArg> inputs,
+                                                     std::span<const TensorArg> outputs,
+                                                     std::span<const ScalarArg> params) const {
   const ir::KernelDef& def = kernel.def();
   if (inputs.size() != def.input_nodes.size() || outputs.size() != def.outputs.size() ||
       params.size() != def.param_names.size()) {
@@ -141,14 +185,21 @@ Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
                             std::to_string(inputs.size()) + ", " + std::to_string(outputs.size()) +
                             ", " + std::to_string(params.size()));
   }
+  for (size_t i = 0; i < params.size(); ++i) {
+    DVM_RETURN_IF_ERROR(check_param(def.name, def.param_names[i], def.param_dtypes[i], params[i]));
+  }
+  return Status::ok();
+}
+
+// Dtypes are part of the cache key: a hit has the dtypes of a call that passed this check.
+Status CompiledKernel::Impl::check_dtypes(std::span<const TensorArg> inputs,
+                                          std::span<const TensorArg> outputs) const {
+  const ir::KernelDef& def = kernel.def();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].dtype != def.nodes[def.input_nodes[i]].dtype)
       return invalid_argument(def.name + ": input '" + def.input_names[i] + "' has dtype " +
                               std::string(dtype_name(inputs[i].dtype)) + ", expected " +
                               std::string(dtype_name(def.nodes[def.input_nodes[i]].dtype)));
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    DVM_RETURN_IF_ERROR(check_param(def.name, def.param_names[i], def.param_dtypes[i], params[i]));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i].dtype != def.nodes[def.outputs[i].node].dtype)
@@ -159,55 +210,79 @@ Status CompiledKernel::Impl::check_fast(std::span<const TensorArg> inputs,
   return Status::ok();
 }
 
+// The per-call half of the proofs of a binding: what the pointers decide (nulls, overlaps).
+Status CompiledKernel::Impl::check_pointers(const Encoded& e, std::span<const TensorArg> inputs,
+                                            std::span<const TensorArg> outputs) const {
+  const size_t io = inputs.size() + outputs.size();
+  void* data[16];
+  std::vector<void*> heap;
+  void** d = data;
+  if (io > std::size(data)) {
+    heap.resize(io);
+    d = heap.data();
+  }
+  for (size_t s = 0; s < io; ++s) {
+    const TensorArg& t = s < inputs.size() ? inputs[s] : outputs[s - inputs.size()];
+    d[s] = t.data;
+    if (t.data == nullptr && e.needs_data[s]) {
+      const ir::KernelDef& def = kernel.def();
+      return invalid_argument(def.name + ": " +
+                              (s < inputs.size()
+                                   ? "input '" + def.input_names[s]
+                                   : "output '" + def.outputs[s - inputs.size()].name) +
+                              "' has null data");
+    }
+  }
+  if (outputs.empty()) return Status::ok();
+  return runtime::check_disjoint(kernel.def().name, inputs.size(), {d, io}, e.extents, e.in_place);
+}
+
 StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::Impl::lookup(
     std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
     std::span<const ScalarArg> params, RunStats* stats) const {
   thread_local Key key;
-  key.clear();
-  for (const TensorArg& t : inputs) append_arg(t, &key);
-  for (const TensorArg& t : outputs) append_arg(t, &key);
+  make_key(inputs, outputs, &key);
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
+    if (last == nullptr || last->first != key) {
+      auto it = cache.find(key);
+      last = it == cache.end() ? nullptr : &*it;
+    }
+    if (last != nullptr) {
       if (stats) stats->cache_hit = true;
       if (base::env().verify_always) {  // a debugging aid: catch a program corrupted in memory
-        for (const bc::Program& p : it->second->kernel.programs)
+        for (const bc::Program& p : last->second->kernel.programs)
           DVM_RETURN_IF_ERROR(bc::verify(p, nullptr));
       }
-      return it->second;
+      return last->second;
     }
   }
-  double t0 = base::now_us();
-  const ir::KernelDef& def = kernel.def();
-  ir::Binding binding;
-  DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
-  DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, params));
-  auto encoded = std::make_shared<Encoded>();
-  enc::EncodeOptions eo;
-  eo.num_threads = threads;
-  eo.target = &vm::cpu_target();
-  DVM_RETURN_IF_ERROR(enc::encode(def, binding, inputs, outputs, eo, &encoded->kernel));
-  for (const bc::Program& p : encoded->kernel.programs) encoded->loaded.push_back(vm::load(p));
-  if (stats) stats->encode_us = base::now_us() - t0;
-  if (base::env().dump_bytecode) {
-    for (const auto& p : encoded->kernel.programs)
-      std::fprintf(stderr, "%s\n", bc::disassemble(p).c_str());
-  }
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Encoded> encoded,
+                       encode(inputs, outputs, params, stats));
   std::lock_guard<std::mutex> lock(mu);
-  if (cache.size() >= options.cache_capacity) cache.clear();
-  cache.emplace(key, encoded);
-  return std::shared_ptr<const Encoded>(encoded);
+  if (cache.size() >= options.cache_capacity) {
+    cache.clear();
+    last = nullptr;
+  }
+  // `key` is this thread's and still this call's: encoding looks nothing up.
+  last = &*cache.emplace(key, encoded).first;
+  return encoded;
+}
+
+StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::Impl::bind(
+    std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+    std::span<const ScalarArg> params, RunStats* stats) const {
+  DVM_RETURN_IF_ERROR(check_counts_and_params(inputs, outputs, params));
+  if (stats) *stats = RunStats{};
+  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Encoded> enc, lookup(inputs, outputs, params, stats));
+  DVM_RETURN_IF_ERROR(check_pointers(*enc, inputs, outputs));
+  return enc;
 }
 
 Status CompiledKernel::prepare(std::span<const TensorArg> inputs,
                                std::span<const TensorArg> outputs,
                                std::span<const ScalarArg> params, RunStats* stats) const {
-  DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
-  DVM_RETURN_IF_ERROR(
-      runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs, impl_->in_place_ok));
-  if (stats) *stats = RunStats{};
-  return impl_->lookup(inputs, outputs, params, stats).status();
+  return impl_->bind(inputs, outputs, params, stats).status();
 }
 
 struct CompiledKernel::Launch {
@@ -301,30 +376,64 @@ Status launch_programs(const std::string& kernel,
 
 }  // namespace
 
+// A binding's first call: every check that shapes, strides, offsets and dtypes decide, then
+// the encoding; what later calls of the layout need of the proofs is kept with the programs.
+StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::Impl::encode(
+    std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
+    std::span<const ScalarArg> params, RunStats* stats) const {
+  const ir::KernelDef& def = kernel.def();
+  DVM_RETURN_IF_ERROR(check_dtypes(inputs, outputs));
+  DVM_RETURN_IF_ERROR(runtime::check_no_overlap(def.name, inputs, outputs, in_place_ok));
+  const double t0 = base::now_us();
+  ir::Binding binding;
+  DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
+  DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, params));
+  auto e = std::make_shared<Encoded>();
+  enc::EncodeOptions eo;
+  eo.num_threads = threads;
+  eo.target = &vm::cpu_target();
+  DVM_RETURN_IF_ERROR(enc::encode(def, binding, inputs, outputs, eo, &e->kernel));
+  DVM_RETURN_IF_ERROR(check_spans(def.name, e->kernel, inputs, outputs));
+  for (const bc::Program& p : e->kernel.programs) e->loaded.push_back(vm::load(p));
+  if (stats) stats->encode_us = base::now_us() - t0;
+  if (base::env().dump_bytecode) {
+    for (const auto& p : e->kernel.programs)
+      std::fprintf(stderr, "%s\n", bc::disassemble(p).c_str());
+  }
+  for (std::span<const TensorArg> args : {inputs, outputs}) {
+    for (const TensorArg& t : args) {
+      const size_t s = e->extents.size();
+      e->extents.push_back(runtime::byte_extent(t));
+      const auto [lo, hi] = e->kernel.slot_spans[s];
+      e->needs_data.push_back(e->extents.back().lo != e->extents.back().hi || lo <= hi);
+    }
+  }
+  if (in_place_ok) runtime::same_layouts(inputs, outputs, &e->in_place);
+  return std::shared_ptr<const Encoded>(std::move(e));
+}
+
 Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                            std::span<const ScalarArg> params, RunStats* stats) const {
-  DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
-  DVM_RETURN_IF_ERROR(
-      runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs, impl_->in_place_ok));
-  if (stats) *stats = RunStats{};
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Impl::Encoded> enc,
-                       impl_->lookup(inputs, outputs, params, stats));
+                       impl_->bind(inputs, outputs, params, stats));
   const enc::EncodedKernel& ek = enc->kernel;
-  DVM_RETURN_IF_ERROR(check_spans(impl_->kernel.def().name, ek, inputs, outputs));
-  size_t io = inputs.size() + outputs.size();
+  const size_t io = inputs.size() + outputs.size();
   thread_local std::vector<void*> data;
   thread_local std::vector<uint64_t> versions;
   data.resize(io);
-  versions.assign(inputs.size(), 0);
+  versions.resize(inputs.size());
+  bool any_version = false;
   for (size_t k = 0; k < inputs.size(); ++k) {
     data[k] = inputs[k].data;
     versions[k] = inputs[k].version;
+    any_version = any_version || versions[k] != 0;
   }
   for (size_t k = 0; k < outputs.size(); ++k) data[inputs.size() + k] = outputs[k].data;
   thread_local std::vector<bc::Constant> consts;
   param_constants(impl_->kernel.def(), params, &consts);
   DVM_RETURN_IF_ERROR(launch_programs(impl_->kernel.def().name, enc->loaded, ek, io, inputs.size(),
-                                      data, versions.data(), consts.data(), impl_->threads));
+                                      data, any_version ? versions.data() : nullptr, consts.data(),
+                                      impl_->threads));
   if (stats) {
     for (const auto& p : enc->loaded) stats->blocks += p->program.grid;
     stats->programs = static_cast<int>(ek.programs.size());
@@ -336,13 +445,8 @@ Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const Te
 StatusOr<std::shared_ptr<const CompiledKernel::Launch>> CompiledKernel::prepare_launch(
     std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
     std::span<const ScalarArg> params, RunStats* stats) const {
-  DVM_RETURN_IF_ERROR(impl_->check_fast(inputs, outputs, params));
-  DVM_RETURN_IF_ERROR(
-      runtime::check_no_overlap(impl_->kernel.def().name, inputs, outputs, impl_->in_place_ok));
-  if (stats) *stats = RunStats{};
   auto l = std::make_shared<Launch>();
-  DVM_ASSIGN_OR_RETURN(l->encoded, impl_->lookup(inputs, outputs, params, stats));
-  DVM_RETURN_IF_ERROR(check_spans(impl_->kernel.def().name, l->encoded->kernel, inputs, outputs));
+  DVM_ASSIGN_OR_RETURN(l->encoded, impl_->bind(inputs, outputs, params, stats));
   l->num_inputs = inputs.size();
   param_constants(impl_->kernel.def(), params, &l->consts);
   return std::shared_ptr<const Launch>(std::move(l));
@@ -372,7 +476,7 @@ StatusOr<std::string> CompiledKernel::disassemble(std::span<const TensorArg> inp
                                                   std::span<const TensorArg> outputs) const {
   std::vector<ScalarArg> no_params(impl_->kernel.num_params());
   DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Impl::Encoded> enc,
-                       impl_->lookup(inputs, outputs, no_params, nullptr));
+                       impl_->bind(inputs, outputs, no_params, nullptr));
   std::string s;
   for (const bc::Program& p : enc->kernel.programs) s += bc::disassemble(p) + "\n";
   return s;
