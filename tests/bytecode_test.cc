@@ -252,8 +252,8 @@ TEST(Verifier, RejectsBadChains) {
     return p;
   };
   const Instr fma = chain_program(true).instr(2), tanh = chain_program(true).instr(3);
-  expect_rejected(with(1, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 1)),
-                  "chain body of 1 instructions");
+  expect_rejected(with(1, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 0)),
+                  "chain body of 0 instructions");
   expect_rejected(with(1, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 9)),
                   "chain body of 9 instructions");
   expect_rejected(with(1, ins(Opcode::kChain, CType::kF32, kFull, {}, {}, {}, 4)),

@@ -1416,6 +1416,39 @@ TEST(VmLoopColReduce, MiddleAxisReductions) {
   }
 }
 
+// [B, S, H, D] -> [B, H, S, D] times a scale (attention's head split): the tile is [S, D] and
+// a loop walks the heads, its body one instruction from memory to memory. Such bodies become
+// chains of one (Emitter::chain_loop_bodies), so the loop runs as a loop of chains (one 3-D
+// kernel call per batch of trips, not an interpreted trip each). Checked against the
+// reference with tails, strided and offset outputs, and with two outputs in one body; the
+// plan counted.
+TEST(VmLoopOfChains, SingleInstructionBodiesRunAsChains) {
+  std::mt19937 rng(97);
+  for (bool two_outputs : {false, true}) {
+    KernelBuilder kb(two_outputs ? "heads_two" : "heads_scale");
+    Dim S = kb.symbol("S"), H = kb.symbol("H"), D = kb.symbol("D");
+    Value x = kb.load("x", DType::kF32, {1, S, H, D});
+    Value p = kb.permute(x, {0, 2, 1, 3});
+    kb.store("y", kb.binary(BinaryOp::kMul, p, 0.125));
+    if (two_outputs) kb.store("z", kb.unary(UnaryOp::kExp, p));
+    BUILD(kb, k);
+    for (auto [s, h, d] : std::vector<std::array<int64_t, 3>>{
+             {5, 12, 64}, {1, 3, 7}, {17, 4, 33}, {300, 2, 16}, {2, 40, 3}}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {1, s, h, d}, rng)};
+      const std::string what = std::string(two_outputs ? "two " : "") + std::to_string(s) +
+                               "x" + std::to_string(h) + "x" + std::to_string(d);
+      for (Out o : {Out::kContig, Out::kStrided, Out::kOffset})
+        check(k, in, {.tol = Tol::kTrans, .outs = {o, o}, .what = what});
+      if (s == 5 && h == 12) {
+        std::vector<Buffer> outs = {make_buffer(DType::kF32, {1, h, s, d}, rng)};
+        if (two_outputs) outs.push_back(make_buffer(DType::kF32, {1, h, s, d}, rng));
+        const enc::EncodedKernel ek = encode_for(k, args_of(in), args_of(outs));
+        EXPECT_EQ(count_planned(ek, &vm::LoadedProgram::loop_of_chains), 1) << what;
+      }
+    }
+  }
+}
+
 // A launch with less work than the target's min_parallel_work runs on one thread, so the
 // encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
 // or for balance between them (each block costs its own dispatch); larger ones are still

@@ -57,7 +57,7 @@ enum class OperandFormat : uint8_t { kNone, kAxis, kDst, kDstSrc, kDstSrc2, kDst
 enum class Family : uint8_t { kControl, kData, kReduce, kUnary, kBinary, kChain };
 
 // Chain: body length limits (see isa.def).
-inline constexpr int kMinChainBody = 2;
+inline constexpr int kMinChainBody = 1;
 inline constexpr int kMaxChainBody = 8;
 
 // A chain head's AUX: the body length in the low byte, the keep mask in the high byte (bit

@@ -581,7 +581,8 @@ void Emitter::chain_peephole() {
       ++e;
     size_t end = i;
     unsigned keep = 0;
-    for (size_t j = e; j >= i + bc::kMinChainBody && end == i; --j)
+    // At least two members: a chain of one saves no pass (but see chain_loop_bodies).
+    for (size_t j = e; j >= i + 2 && end == i; --j)
       if (chain_ok(code_, reads, def_at, i, j, &keep)) end = j;
     if (end == i) {
       out.push_back(code_[i++]);
@@ -733,6 +734,51 @@ void Emitter::loop_outer_axis() {
   push(bc::Opcode::kEndLoop, CType::kF32, TileClass::kScalar, 0, Operand{});
 }
 
+// A loop over an outer axis whose body only moves memory to memory (chains over memory, or
+// elementwise instructions that touch no register: a permute times a scale) runs as a loop of
+// chains in the VM: each chain covers a batch of trips in one kernel call (a 3-D block)
+// instead of one dispatch per trip. Such instructions become chains of one member here.
+void Emitter::chain_loop_bodies() {
+  std::vector<bc::Instr> out;
+  out.reserve(code_.size());
+  for (size_t pc = 0; pc < code_.size(); ++pc) {
+    out.push_back(code_[pc]);
+    if (code_[pc].op != bc::Opcode::kLoop ||
+        L_.bc_axes[code_[pc].aux].tile != bc::AxisTile::kNone)
+      continue;
+    size_t stop = pc + 1;
+    bool ok = true;
+    bool any_single = false;
+    while (ok && stop < code_.size() && code_[stop].op != bc::Opcode::kEndLoop) {
+      const bc::Instr& in = code_[stop];
+      if (in.op == bc::Opcode::kChain) {
+        stop += bc::chain_length(in.aux) + 1;
+        continue;
+      }
+      const int used = used_fields(in);
+      for (int k = 0; k < 4; ++k)
+        if ((used >> k & 1) && field(in, k)->kind == bc::OperandKind::kReg) ok = false;
+      ok = ok && chainable(in);
+      any_single = true;
+      ++stop;
+    }
+    if (!ok || !any_single || stop >= code_.size()) continue;
+    for (size_t m = pc + 1; m < stop; ++m) {
+      const bc::Instr& in = code_[m];
+      if (in.op == bc::Opcode::kChain) {
+        for (size_t e = m + bc::chain_length(in.aux); m <= e; ++m) out.push_back(code_[m]);
+        --m;
+        continue;
+      }
+      out.push_back(bc::Instr{bc::Opcode::kChain, CType::kF32, in.cls, 0, bc::chain_aux(1, 0),
+                              {}, {}, {}, {}});
+      out.push_back(in);
+    }
+    pc = stop - 1;
+  }
+  code_ = std::move(out);
+}
+
 // Can `in`, which defines virtual register v, write v over virtual register src (read by it,
 // dying there)? Only f32 elementwise math of one class: every element is read before its own
 // position is written and no other position is read from src. A value that dies inside a
@@ -854,6 +900,7 @@ Status Emitter::emit() {
   direct_store_peephole();
   chain_peephole();
   loop_outer_axis();
+  chain_loop_bodies();
   DVM_RETURN_IF_ERROR(allocate_registers());
   if (!st_.has_matmul) fit_tile_to_cache();
   grow_streaming_tile();

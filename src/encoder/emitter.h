@@ -63,6 +63,7 @@ class Emitter {
   void hoist_fills();
   void sink_fills();
   void chain_peephole();
+  void chain_loop_bodies();
   void fit_tile_to_cache();
   void grow_streaming_tile();
   void grow_reduced_rows();
