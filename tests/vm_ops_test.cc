@@ -1435,8 +1435,8 @@ TEST(VmLoopOfChains, SingleInstructionBodiesRunAsChains) {
     for (auto [s, h, d] : std::vector<std::array<int64_t, 3>>{
              {5, 12, 64}, {1, 3, 7}, {17, 4, 33}, {300, 2, 16}, {2, 40, 3}}) {
       std::vector<Buffer> in = {make_buffer(DType::kF32, {1, s, h, d}, rng)};
-      const std::string what = std::string(two_outputs ? "two " : "") + std::to_string(s) +
-                               "x" + std::to_string(h) + "x" + std::to_string(d);
+      const std::string what = std::string(two_outputs ? "two " : "") + std::to_string(s) + "x" +
+                               std::to_string(h) + "x" + std::to_string(d);
       for (Out o : {Out::kContig, Out::kStrided, Out::kOffset})
         check(k, in, {.tol = Tol::kTrans, .outs = {o, o}, .what = what});
       if (s == 5 && h == 12) {

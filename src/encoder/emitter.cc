@@ -743,8 +743,7 @@ void Emitter::chain_loop_bodies() {
   out.reserve(code_.size());
   for (size_t pc = 0; pc < code_.size(); ++pc) {
     out.push_back(code_[pc]);
-    if (code_[pc].op != bc::Opcode::kLoop ||
-        L_.bc_axes[code_[pc].aux].tile != bc::AxisTile::kNone)
+    if (code_[pc].op != bc::Opcode::kLoop || L_.bc_axes[code_[pc].aux].tile != bc::AxisTile::kNone)
       continue;
     size_t stop = pc + 1;
     bool ok = true;
@@ -770,8 +769,8 @@ void Emitter::chain_loop_bodies() {
         --m;
         continue;
       }
-      out.push_back(bc::Instr{bc::Opcode::kChain, CType::kF32, in.cls, 0, bc::chain_aux(1, 0),
-                              {}, {}, {}, {}});
+      out.push_back(bc::Instr{
+          bc::Opcode::kChain, CType::kF32, in.cls, 0, bc::chain_aux(1, 0), {}, {}, {}, {}});
       out.push_back(in);
     }
     pc = stop - 1;
