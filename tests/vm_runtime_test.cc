@@ -527,5 +527,49 @@ TEST(Runtime, CachedBindingsStillCheckPointersAndStorage) {
       << st.to_string();
 }
 
+// Each thread remembers its recent bindings by kernel (a direct-mapped memo, 16 entries):
+// more kernels than entries, called in turns at alternating shapes, kernels destroyed and
+// new ones created (whose memory may reuse the old ones' addresses), and a cache capacity
+// of one binding must all still run the right programs.
+TEST(Runtime, ThreadMemoOfBindingsStaysCorrect) {
+  std::vector<std::shared_ptr<CompiledKernel>> kernels;
+  const auto make = [](int i) {
+    KernelBuilder kb("affine_" + std::to_string(i));
+    Value x = kb.load("x", DType::kF32, {kb.symbol("S")});
+    kb.store("y", kb.add(kb.mul(x, kb.constant(2.0)), kb.constant(static_cast<double>(i))));
+    CompileOptions o;
+    o.cache_capacity = i % 3 == 0 ? 1 : 8;
+    return CompiledKernel::create(kb.build().value(), o).value();
+  };
+  for (int i = 0; i < 40; ++i) kernels.push_back(make(i));
+  std::vector<int> age(kernels.size(), 0);  // rounds run since the kernel was created
+  std::vector<float> x(64), y(64);
+  for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i);
+  for (int round = 0; round < 6; ++round) {
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const int64_t n = (round + static_cast<int64_t>(i)) % 2 == 0 ? 64 : 17;
+      std::fill(y.begin(), y.end(), -1.0f);
+      const TensorArg in[] = {TensorArg::contiguous(x.data(), DType::kF32, {n})};
+      const TensorArg out[] = {TensorArg::contiguous(y.data(), DType::kF32, {n})};
+      RunStats stats;
+      ASSERT_TRUE(kernels[i]->run(in, out, {}, &stats).is_ok());
+      if (age[i] >= 2 && i % 3 != 0) {  // both shapes bound, and room for both
+        EXPECT_TRUE(stats.cache_hit) << i;
+      }
+      for (int64_t j = 0; j < 64; ++j) {
+        const float want = j < n ? 2.0f * static_cast<float>(j) + static_cast<float>(i) : -1.0f;
+        ASSERT_EQ(y[j], want) << "kernel " << i << " round " << round << " n " << n << " j " << j;
+      }
+    }
+    for (int& a : age) ++a;
+    // Replace a few kernels: the new ones must not see the old ones' bindings.
+    for (size_t i = static_cast<size_t>(round); i < kernels.size(); i += 7) {
+      kernels[i].reset();
+      kernels[i] = make(static_cast<int>(i));
+      age[i] = 0;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dvm::testing

@@ -2,6 +2,7 @@
 // offsets of an earlier call reuses that call's programs and only binds the new addresses
 // (relocation); anything else binds symbols, infers shapes, encodes and verifies.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -71,6 +72,44 @@ void make_key(std::span<const TensorArg> inputs, std::span<const TensorArg> outp
     for (const TensorArg& t : args) k = put_arg(t, k);
 }
 
+// Is `key` make_key's key of these arguments? Compared in place: the memo's hit path
+// (every repeated call) writes nothing.
+bool key_matches(const Key& key, std::span<const TensorArg> inputs,
+                 std::span<const TensorArg> outputs) {
+  const int64_t* k = key.data();
+  const int64_t* const end = k + key.size();
+  if (key.size() < 2 || k[0] != static_cast<int64_t>(inputs.size()) ||
+      k[1] != static_cast<int64_t>(outputs.size()))
+    return false;
+  k += 2;
+  for (std::span<const TensorArg> args : {inputs, outputs}) {
+    for (const TensorArg& t : args) {
+      const size_t rank = t.shape.size(), r = std::min<size_t>(rank, kMaxRank);
+      if (end - k < static_cast<std::ptrdiff_t>(4 + 2 * r) ||
+          k[0] != static_cast<int64_t>(t.dtype) || k[1] != static_cast<int64_t>(rank))
+        return false;
+      k += 2;
+      for (size_t i = 0; i < r; ++i)
+        if (k[i] != t.shape[i]) return false;
+      k += r;
+      if (t.strides.size() == rank) {
+        for (size_t i = 0; i < r; ++i)
+          if (k[i] != t.strides[i]) return false;
+      } else {
+        int64_t s = 1;
+        for (size_t i = r; i-- > 0;) {
+          if (k[i] != s) return false;
+          s *= t.shape[i];
+        }
+      }
+      k += r;
+      if (k[0] != t.offset || k[1] != t.storage_elems) return false;
+      k += 2;
+    }
+  }
+  return k == end;
+}
+
 int64_t storage_of(const TensorArg& t) {
   if (t.storage_elems >= 0) return t.storage_elems;
   int64_t lo, hi;
@@ -98,18 +137,18 @@ struct CompiledKernel::Impl {
     std::vector<uint8_t> needs_data;
     std::vector<uint8_t> in_place;  // runtime::same_layouts, when in_place_ok
   };
-  using Entry = std::pair<const Key, std::shared_ptr<const Encoded>>;
   mutable std::unordered_map<Key, std::shared_ptr<const Encoded>, KeyHash> cache;
-  // The entry of the last hit or insert: calls mostly repeat the previous call's layout, and
-  // comparing keys is cheaper than hashing and probing. Map nodes stay put until erased.
-  mutable const Entry* last = nullptr;
+  // Names this kernel in the threads' memos (an address could be reused by a later kernel).
+  uint64_t id = 0;
 
   // The binding of these arguments, found or encoded; a new one is checked (dtypes, bounds,
   // overlaps, the programs' spans) before it is cached. Every call then runs check_pointers.
-  StatusOr<std::shared_ptr<const Encoded>> lookup(std::span<const TensorArg> inputs,
-                                                  std::span<const TensorArg> outputs,
-                                                  std::span<const ScalarArg> params,
-                                                  RunStats* stats) const;
+  // The binding stays valid until this thread's next lookup (its memo holds it), or as long
+  // as `*hold` when given.
+  StatusOr<const Encoded*> lookup(std::span<const TensorArg> inputs,
+                                  std::span<const TensorArg> outputs,
+                                  std::span<const ScalarArg> params, RunStats* stats,
+                                  std::shared_ptr<const Encoded>* hold = nullptr) const;
   StatusOr<std::shared_ptr<const Encoded>> encode(std::span<const TensorArg> inputs,
                                                   std::span<const TensorArg> outputs,
                                                   std::span<const ScalarArg> params,
@@ -120,11 +159,12 @@ struct CompiledKernel::Impl {
   Status check_dtypes(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs) const;
   Status check_pointers(const Encoded& e, std::span<const TensorArg> inputs,
                         std::span<const TensorArg> outputs) const;
-  // The checks and the binding of a call: the part of run() before the launch.
-  StatusOr<std::shared_ptr<const Encoded>> bind(std::span<const TensorArg> inputs,
-                                                std::span<const TensorArg> outputs,
-                                                std::span<const ScalarArg> params,
-                                                RunStats* stats) const;
+  // The checks and the binding of a call: the part of run() before the launch (lookup's
+  // lifetime rules).
+  StatusOr<const Encoded*> bind(std::span<const TensorArg> inputs,
+                                std::span<const TensorArg> outputs,
+                                std::span<const ScalarArg> params, RunStats* stats,
+                                std::shared_ptr<const Encoded>* hold = nullptr) const;
 };
 
 CompiledKernel::CompiledKernel() : impl_(std::make_unique<Impl>()) {}
@@ -136,6 +176,8 @@ StatusOr<std::shared_ptr<CompiledKernel>> CompiledKernel::create(const Kernel& k
   ck->impl_->kernel = kernel;
   ck->impl_->options = options;
   ck->impl_->threads = base::kernel_threads(options.num_threads);
+  static std::atomic<uint64_t> next_id{1};
+  ck->impl_->id = next_id.fetch_add(1, std::memory_order_relaxed);
   const ir::KernelDef& def = kernel.def();
   ck->impl_->in_place_ok = def.outputs.size() == 1 &&
                            std::all_of(def.nodes.begin(), def.nodes.end(), [](const ir::Node& n) {
@@ -237,44 +279,66 @@ Status CompiledKernel::Impl::check_pointers(const Encoded& e, std::span<const Te
   return runtime::check_disjoint(kernel.def().name, inputs.size(), {d, io}, e.extents, e.in_place);
 }
 
-StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::Impl::lookup(
+namespace {
+
+// A thread's recent bindings, direct-mapped by kernel id: a call that repeats one of them
+// (the common case: a model calls each kernel at the shapes of its previous call) takes no
+// lock, no hash probe and no reference count. Entries keep their binding alive.
+template <class Encoded>
+struct Memo {
+  uint64_t kernel = 0;  // CompiledKernel::Impl::id; 0: empty
+  Key key;
+  std::shared_ptr<const Encoded> encoded;
+};
+constexpr size_t kMemos = 16;
+
+}  // namespace
+
+StatusOr<const CompiledKernel::Impl::Encoded*> CompiledKernel::Impl::lookup(
     std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
-    std::span<const ScalarArg> params, RunStats* stats) const {
-  thread_local Key key;
-  make_key(inputs, outputs, &key);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (last == nullptr || last->first != key) {
+    std::span<const ScalarArg> params, RunStats* stats,
+    std::shared_ptr<const Encoded>* hold) const {
+  thread_local std::array<Memo<Encoded>, kMemos> memos;
+  Memo<Encoded>& memo = memos[id % kMemos];
+  if (memo.kernel != id || !key_matches(memo.key, inputs, outputs)) {
+    thread_local Key key;
+    make_key(inputs, outputs, &key);
+    std::shared_ptr<const Encoded> found;
+    {
+      std::lock_guard<std::mutex> lock(mu);
       auto it = cache.find(key);
-      last = it == cache.end() ? nullptr : &*it;
+      if (it != cache.end()) found = it->second;
     }
-    if (last != nullptr) {
-      if (stats) stats->cache_hit = true;
-      if (base::env().verify_always) {  // a debugging aid: catch a program corrupted in memory
-        for (const bc::Program& p : last->second->kernel.programs)
-          DVM_RETURN_IF_ERROR(bc::verify(p, nullptr));
-      }
-      return last->second;
+    if (found == nullptr) {
+      DVM_ASSIGN_OR_RETURN(found, encode(inputs, outputs, params, stats));
+      std::lock_guard<std::mutex> lock(mu);
+      if (cache.size() >= options.cache_capacity) cache.clear();
+      cache.emplace(key, found);
+    } else if (stats) {
+      stats->cache_hit = true;
     }
+    memo.kernel = id;
+    memo.key = key;
+    memo.encoded = std::move(found);
+  } else if (stats) {
+    stats->cache_hit = true;
   }
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Encoded> encoded,
-                       encode(inputs, outputs, params, stats));
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache.size() >= options.cache_capacity) {
-    cache.clear();
-    last = nullptr;
+  if (stats && stats->cache_hit && base::env().verify_always) {
+    // A debugging aid: catch a program corrupted in memory.
+    for (const bc::Program& p : memo.encoded->kernel.programs)
+      DVM_RETURN_IF_ERROR(bc::verify(p, nullptr));
   }
-  // `key` is this thread's and still this call's: encoding looks nothing up.
-  last = &*cache.emplace(key, encoded).first;
-  return encoded;
+  if (hold != nullptr) *hold = memo.encoded;
+  return memo.encoded.get();
 }
 
-StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::Impl::bind(
+StatusOr<const CompiledKernel::Impl::Encoded*> CompiledKernel::Impl::bind(
     std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
-    std::span<const ScalarArg> params, RunStats* stats) const {
+    std::span<const ScalarArg> params, RunStats* stats,
+    std::shared_ptr<const Encoded>* hold) const {
   DVM_RETURN_IF_ERROR(check_counts_and_params(inputs, outputs, params));
   if (stats) *stats = RunStats{};
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Encoded> enc, lookup(inputs, outputs, params, stats));
+  DVM_ASSIGN_OR_RETURN(const Encoded* enc, lookup(inputs, outputs, params, stats, hold));
   DVM_RETURN_IF_ERROR(check_pointers(*enc, inputs, outputs));
   return enc;
 }
@@ -414,8 +478,7 @@ StatusOr<std::shared_ptr<const CompiledKernel::Impl::Encoded>> CompiledKernel::I
 
 Status CompiledKernel::run(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                            std::span<const ScalarArg> params, RunStats* stats) const {
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Impl::Encoded> enc,
-                       impl_->bind(inputs, outputs, params, stats));
+  DVM_ASSIGN_OR_RETURN(const Impl::Encoded* enc, impl_->bind(inputs, outputs, params, stats));
   const enc::EncodedKernel& ek = enc->kernel;
   const size_t io = inputs.size() + outputs.size();
   thread_local std::vector<void*> data;
@@ -446,7 +509,7 @@ StatusOr<std::shared_ptr<const CompiledKernel::Launch>> CompiledKernel::prepare_
     std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
     std::span<const ScalarArg> params, RunStats* stats) const {
   auto l = std::make_shared<Launch>();
-  DVM_ASSIGN_OR_RETURN(l->encoded, impl_->bind(inputs, outputs, params, stats));
+  DVM_RETURN_IF_ERROR(impl_->bind(inputs, outputs, params, stats, &l->encoded).status());
   l->num_inputs = inputs.size();
   param_constants(impl_->kernel.def(), params, &l->consts);
   return std::shared_ptr<const Launch>(std::move(l));
@@ -475,8 +538,7 @@ StatusOr<std::vector<std::vector<int64_t>>> CompiledKernel::infer_output_shapes(
 StatusOr<std::string> CompiledKernel::disassemble(std::span<const TensorArg> inputs,
                                                   std::span<const TensorArg> outputs) const {
   std::vector<ScalarArg> no_params(impl_->kernel.num_params());
-  DVM_ASSIGN_OR_RETURN(std::shared_ptr<const Impl::Encoded> enc,
-                       impl_->bind(inputs, outputs, no_params, nullptr));
+  DVM_ASSIGN_OR_RETURN(const Impl::Encoded* enc, impl_->bind(inputs, outputs, no_params, nullptr));
   std::string s;
   for (const bc::Program& p : enc->kernel.programs) s += bc::disassemble(p) + "\n";
   return s;
