@@ -564,26 +564,81 @@ void mul_add_sources(const Instr* body, int i, bool neg, const ChainOperand (*op
 // and field, the memory it reads or writes in place (with its stride between trips of loop
 // axis `axis`, -1: none) or the scratch strip of a chain-local register.
 void BlockRunner::prepare_chain(int32_t pc, int axis, ChainOps& ops) const {
-  const Instr& head = lp_.instrs[pc];
-  const int k = bc::chain_length(head.aux);
-  const Instr* body = &lp_.instrs[pc + 1];
+  using Field = LoadedProgram::ChainField;
+  const int k = bc::chain_length(lp_.instrs[pc].aux);
   const int64_t loop_step = axis >= 0 ? p_.axes[axis].chunk : 0;
   for (int i = 0; i < k; ++i) {
-    const Instr& in = body[i];
-    const std::array<int8_t, 4>& slot = lp_.chain_slot[pc + 1 + i];
-    const Operand* field[4] = {&in.d, &in.a, &in.b, &in.c};
-    const int used = chain_fields(in);
-    for (int f = used; f < 4; ++f) ops[i][f] = ChainOperand{nullptr, 0, 0, 0, -1, 4};
-    for (int f = 0; f < used; ++f) {
+    const std::array<Field, 4>& fields = lp_.chain_field[pc + 1 + i];
+    for (int f = 0; f < 4; ++f) {
+      const Field& t = fields[f];
+      ChainOperand& o = ops[i][f];
+      switch (t.kind) {
+        case Field::kUnused:
+          o = ChainOperand{nullptr, 0, 0, 0, -1, 4};
+          break;
+        case Field::kScratch:
+          o = ChainOperand{nullptr, 0, 1, 0, t.scratch, 4};
+          break;
+        case Field::kDesc:
+          o = ChainOperand{
+              static_cast<char*>(args_.slots[lp_.desc_slot[t.index]]) + desc_off_[t.index],
+              t.rs,
+              t.cs,
+              axis >= 0 ? p_.descs[t.index].stride[axis] * loop_step : 0,
+              -1,
+              t.es};
+          break;
+        case Field::kReg:
+          o = ChainOperand{regs_ + t.reg_bytes, t.rs, t.cs, 0, -1, 4};
+          break;
+        case Field::kConst:
+          o = ChainOperand{
+              reinterpret_cast<char*>(const_cast<float*>(&p_.consts[t.index].f32)), 0, 0, 0, -1, 4};
+          break;
+        case Field::kParam:
+          o = ChainOperand{reinterpret_cast<char*>(const_cast<float*>(&args_.params[t.index].f32)),
+                           0,
+                           0,
+                           0,
+                           -1,
+                           4};
+          break;
+      }
+    }
+  }
+}
+
+// The block-invariant part of prepare_chain for the chain at `pc` (LoadedProgram::
+// chain_field), from its strip plan (chain_slot).
+void plan_chain_fields(LoadedProgram* lp, size_t pc) {
+  using Field = LoadedProgram::ChainField;
+  const bc::Program& prog = lp->program;
+  const int64_t reg_bytes = prog.reg_elems * kRegElemBytes;
+  const int k = bc::chain_length(lp->instrs[pc].aux);
+  for (int i = 0; i < k; ++i) {
+    const Instr& in = lp->instrs[pc + 1 + i];
+    const std::array<int8_t, 4>& slot = lp->chain_slot[pc + 1 + i];
+    std::array<Field, 4>& fields = lp->chain_field[pc + 1 + i];
+    const Operand* operand[4] = {&in.d, &in.a, &in.b, &in.c};
+    for (int f = 0; f < chain_fields(in); ++f) {
+      Field& t = fields[f];
+      const Operand& o = *operand[f];
+      t.index = o.index;
       if (slot[f] >= 0) {
-        ops[i][f] = ChainOperand{nullptr, 0, 1, 0, slot[f], 4};
+        t.kind = Field::kScratch;
+        t.scratch = slot[f];
+      } else if (o.kind == OperandKind::kDesc) {
+        t.kind = Field::kDesc;
+        t.rs = lp->desc_rs[o.index];
+        t.cs = lp->desc_cs[o.index];
+        t.es = lp->desc_es[o.index];
+      } else if (o.kind == OperandKind::kReg) {
+        t.kind = Field::kReg;
+        t.reg_bytes = static_cast<int64_t>(o.index) * reg_bytes;
+        t.rs = o.cls == TileClass::kFull ? prog.reg_row_stride : o.cls == TileClass::kRow ? 1 : 0;
+        t.cs = o.cls == TileClass::kFull || o.cls == TileClass::kCol ? 1 : 0;
       } else {
-        const Ref r = resolve(*field[f], CType::kF32);
-        const bool desc = field[f]->kind == OperandKind::kDesc;
-        const int64_t os =
-            axis >= 0 && desc ? p_.descs[field[f]->index].stride[axis] * loop_step : 0;
-        const int es = desc ? lp_.desc_es[field[f]->index] : 4;
-        ops[i][f] = ChainOperand{r.p, r.rs, r.cs, os, -1, es};
+        t.kind = o.kind == OperandKind::kConst ? Field::kConst : Field::kParam;
       }
     }
   }
@@ -1782,6 +1837,7 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
     lp->desc_cs.push_back(lp->col_axis >= 0 ? d.stride[lp->col_axis] : 0);
   }
   lp->chain_slot.assign(prog.num_instrs(), std::array<int8_t, 4>{-1, -1, -1, -1});
+  lp->chain_field.assign(prog.num_instrs(), std::array<LoadedProgram::ChainField, 4>{});
   lp->chain_half.assign(prog.num_instrs(), LoadedProgram::HalfPlan{});
   lp->chain_sum_exp.assign(prog.num_instrs(), 0);
   lp->chain_fuse.assign(prog.num_instrs(), 0);
@@ -1789,6 +1845,7 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   for (size_t i = 0; i < prog.num_instrs(); ++i) {
     if (lp->instrs[i].op != bc::Opcode::kChain) continue;
     plan_chain(lp.get(), i);
+    plan_chain_fields(lp.get(), i);
     lp->chain_sum_exp[i] = sum_exp_chain(*lp, i);
   }
   lp->chain_pair.assign(prog.num_instrs(), 0);

@@ -33,6 +33,20 @@ struct LoadedProgram {
   // chain-local register (-1: the operand is read or written in place). Decided once here,
   // not per block (small tiles run many chains).
   std::vector<std::array<int8_t, 4>> chain_slot;
+  // Per chain body instruction and field (d, a, b, c): the operand as prepare_chain resolves
+  // it, less what the block's position and the launch decide (a descriptor's offset, the
+  // slots, the params): decoded once here, so that a block's chain setup is a copy and an
+  // add per field.
+  struct ChainField {
+    enum Kind : int8_t { kUnused, kScratch, kDesc, kReg, kConst, kParam };
+    Kind kind = kUnused;
+    int8_t scratch = -1;
+    int32_t index = 0;      // descriptor, constant or param
+    int64_t reg_bytes = 0;  // a register's byte offset in the register file
+    int64_t rs = 0, cs = 0;
+    int es = 4;
+  };
+  std::vector<std::array<ChainField, 4>> chain_field;
   // Per chain body instruction: 1 or 2 when its result is read only by the next instruction,
   // a mul, as that mul's operand a or b: the pair runs as one cpu::fused_mul_f32_rows call.
   // kFuseMulFma: a mul whose result is only the next instruction's fma addend; kFuseNegMulFma:
