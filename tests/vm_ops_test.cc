@@ -1449,6 +1449,48 @@ TEST(VmLoopOfChains, SingleInstructionBodiesRunAsChains) {
   }
 }
 
+// Row statistics of at most 16 elements (a norm's mean, rsqrt, scale) are computed in the
+// interpreter rather than by tile kernels (BlockRunner::exec_small); both paths must give
+// the same bits, or a row would change with the tile it lands in. Each op the path takes
+// (fill, add, sub, mul, div, fma, neg, abs, sqrt, rsqrt, reciprocal) over row and column
+// vectors, with the path on and off, against the reference and bitwise.
+TEST(VmSmallTiles, SmallStatisticsMatchTheKernelsBitwise) {
+  for (int axis : {-1, 0}) {
+    KernelBuilder kb(axis < 0 ? "row_stats" : "col_stats");
+    Dim R = kb.symbol("R"), C = kb.symbol("C");
+    Value x = kb.load("x", DType::kF32, {R, C});
+    Value m = kb.mean(x, {axis}, true);
+    Value v = kb.mean(kb.mul(x, x), {axis}, true);
+    Value s = kb.unary(UnaryOp::kRsqrt, kb.add(kb.mul(v, kb.constant(0.75)), kb.constant(1e-3)));
+    Value t = kb.unary(UnaryOp::kSqrt, kb.unary(UnaryOp::kAbs, m));
+    Value u = kb.unary(UnaryOp::kReciprocal, kb.mul(t, kb.constant(3.0)));
+    Value w = kb.div(kb.unary(UnaryOp::kNeg, s), kb.sub(u, kb.constant(-3.0)));
+    kb.store("y", kb.add(kb.mul(x, w), m));
+    BUILD(kb, k);
+    std::mt19937 rng(101);
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 64}, {5, 768}, {10, 64}, {16, 33}, {17, 8}, {3, 5}}) {
+      const int64_t rows = axis < 0 ? r : c, cols = axis < 0 ? c : r;
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {rows, cols}, rng)};
+      const std::string what = std::string(axis < 0 ? "rows " : "cols ") + std::to_string(rows) +
+                               "x" + std::to_string(cols);
+      check(k, in, {.tol = Tol::kReduce, .n = axis < 0 ? cols : rows, .what = what});
+      CompileOptions one;
+      one.num_threads = 1;
+      auto ck = CompiledKernel::create(k, one).value();
+      const auto run = [&](bool small) {
+        vm::set_small_tile_path(small);
+        std::vector<float> y(static_cast<size_t>(rows * cols), -1.0f);
+        const TensorArg out[] = {TensorArg::contiguous(y.data(), DType::kF32, {rows, cols})};
+        EXPECT_TRUE(ck->run(args_of(in), out).is_ok()) << what;
+        vm::set_small_tile_path(true);
+        return y;
+      };
+      EXPECT_EQ(run(true), run(false)) << what;
+    }
+  }
+}
+
 // A launch with less work than the target's min_parallel_work runs on one thread, so the
 // encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
 // or for balance between them (each block costs its own dispatch); larger ones are still

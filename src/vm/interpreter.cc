@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -94,6 +95,7 @@ class BlockRunner {
   }
   Ref resolve(const Operand& o, CType t) const;
   void exec(const Instr& in);
+  bool exec_small(const Instr& in);
   void exec_unary(const Instr& in);
   void exec_unary_pre(const Instr& in);
   void exec_binary(const Instr& in);
@@ -158,7 +160,7 @@ void BlockRunner::set_axis(int axis, int64_t trip) {
 }
 
 // Inline: every instruction resolves two to four operands, most of them memory.
-inline Ref BlockRunner::resolve(const Operand& o, CType t) const {
+[[gnu::always_inline]] inline Ref BlockRunner::resolve(const Operand& o, CType t) const {
   if (o.kind == OperandKind::kDesc) {
     return Ref{static_cast<char*>(args_.slots[lp_.desc_slot[o.index]]) + desc_off_[o.index],
                lp_.desc_rs[o.index], lp_.desc_cs[o.index]};
@@ -1253,12 +1255,109 @@ void BlockRunner::run(int64_t block) {
           pc += lp_.map_reduce[pc];
           break;
         }
+        if (exec_small(in)) break;
         const StreamScope stream(args_.stream_stores && in.d.kind == OperandKind::kDesc);
         exec(in);
         break;
       }
     }
   }
+}
+
+std::atomic<bool> g_small_tiles{true};
+
+// Does the dispatched fma kernel round once (a fused multiply-add)? Targets without FMA
+// (SSE4, scalar) multiply and add with two roundings.
+bool kernel_fma_is_fused() {
+  static const bool fused = [] {
+    // (1 + 2^-12)^2 - (1 + 2^-11) is 2^-24 exactly; the rounded product loses it.
+    const float a = 1.0f + 0x1p-12f, c = -(1.0f + 0x1p-11f);
+    float d = 0;
+    cpu::fma_f32_rows(cpu::Rows{}, &d, &a, 1, &a, 1, &c, 1, 1);
+    return d != 0.0f;
+  }();
+  return fused;
+}
+
+// f32 instructions over a few elements (a norm's per-row statistics: a fill, mean * 1/n +
+// eps, rsqrt) run here element by element: a tile kernel's dispatch costs more than their
+// arithmetic. Only ops whose kernels round each element exactly once, as here, take this
+// path, so a block computes the same bits whichever path its tile size picks. False: not
+// taken.
+bool BlockRunner::exec_small(const Instr& in) {
+  constexpr int64_t kMaxSmall = 16;
+  if (in.ctype != CType::kF32 || in.cls == TileClass::kFull || in.flags != 0 ||
+      !g_small_tiles.load(std::memory_order_relaxed))
+    return false;
+  // A row or column vector (or a scalar): one run of n elements, each operand stepping by its
+  // row or column stride.
+  const int64_t n = in.cls == TileClass::kRow   ? active_rows_
+                    : in.cls == TileClass::kCol ? active_cols_
+                                                : 1;
+  if (n > kMaxSmall) return false;
+  const bool by_row = in.cls == TileClass::kRow;
+  struct Run {
+    float* p;
+    int64_t step;
+  };
+  const auto run = [&](const Operand& o) {
+    const Ref r = resolve(o, CType::kF32);
+    return Run{reinterpret_cast<float*>(r.p), by_row ? r.rs : r.cs};
+  };
+  const auto map1 = [&](auto f) {
+    const Run d = run(in.d), a = run(in.a);
+    for (int64_t k = 0; k < n; ++k) d.p[k * d.step] = f(a.p[k * a.step]);
+    return true;
+  };
+  const auto map2 = [&](auto f) {
+    const Run d = run(in.d), a = run(in.a), b = run(in.b);
+    for (int64_t k = 0; k < n; ++k) d.p[k * d.step] = f(a.p[k * a.step], b.p[k * b.step]);
+    return true;
+  };
+  if (in.op == bc::Opcode::kFill) {
+    const Run d = run(in.d);
+    const float v = ops::reduce_identity<float>(bc::aux_reduce_op(in.aux));
+    for (int64_t k = 0; k < n; ++k) d.p[k * d.step] = v;
+    return true;
+  }
+  if (in.op == bc::Opcode::kFma) {
+    if (!kernel_fma_is_fused()) return false;
+    const Run d = run(in.d), a = run(in.a), b = run(in.b), c = run(in.c);
+    for (int64_t k = 0; k < n; ++k)
+      d.p[k * d.step] = std::fma(a.p[k * a.step], b.p[k * b.step], c.p[k * c.step]);
+    return true;
+  }
+  if (bc::is_unary(in.op)) {
+    switch (bc::unary_of(in.op)) {
+      case UnaryOp::kNeg:
+        return map1([](float x) { return -x; });
+      case UnaryOp::kAbs:
+        return map1([](float x) { return std::fabs(x); });
+      case UnaryOp::kSqrt:
+        return map1([](float x) { return std::sqrt(x); });
+      case UnaryOp::kRsqrt:
+        return map1([](float x) { return 1.0f / std::sqrt(x); });
+      case UnaryOp::kReciprocal:
+        return map1([](float x) { return 1.0f / x; });
+      default:
+        return false;
+    }
+  }
+  if (bc::is_binary(in.op)) {
+    switch (bc::binary_of(in.op)) {
+      case BinaryOp::kAdd:
+        return map2([](float x, float y) { return x + y; });
+      case BinaryOp::kSub:
+        return map2([](float x, float y) { return x - y; });
+      case BinaryOp::kMul:
+        return map2([](float x, float y) { return x * y; });
+      case BinaryOp::kDiv:
+        return map2([](float x, float y) { return x / y; });
+      default:
+        return false;
+    }
+  }
+  return false;
 }
 
 void BlockRunner::exec(const Instr& in) {
@@ -1298,6 +1397,10 @@ char* thread_registers(size_t bytes) {
 }
 
 }  // namespace
+
+void set_small_tile_path(bool on) {
+  g_small_tiles.store(on, std::memory_order_relaxed);
+}
 
 void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, int64_t end) {
   const bc::Program& p = lp.program;

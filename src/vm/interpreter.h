@@ -124,6 +124,10 @@ struct LaunchArgs {
 int64_t stream_threshold_bytes();
 void set_stream_threshold_bytes(int64_t bytes);
 
+// Row, column and scalar f32 instructions of at most 16 elements run in the interpreter
+// (exactly rounded ops only: the same bits as the tile kernels). Tests turn it off to compare.
+void set_small_tile_path(bool on);
+
 // Runs blocks [begin, end) of a verified program on the calling thread.
 void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, int64_t end);
 
