@@ -127,6 +127,10 @@ struct Executable::Impl {
   mutable std::mutex mu;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const BindingPlan>> plans;
   mutable std::vector<std::unique_ptr<Arena>> arenas;
+  // The plan of the last call's input dtypes and shapes (all that bind() reads): a call at
+  // the previous call's shapes skips binding symbols (string-keyed evaluation of every dim).
+  mutable std::vector<int64_t> last_shapes;  // guarded by mu
+  mutable std::shared_ptr<const BindingPlan> last_plan;
 
   Status lower_all();
   void plan_memory();
@@ -148,8 +152,23 @@ struct Executable::Impl {
   // bind() then binding_plan(): the plan of these inputs' binding.
   StatusOr<std::shared_ptr<const BindingPlan>> bound_plan(std::span<const TensorArg> inputs,
                                                           bool* fresh) const {
+    thread_local std::vector<int64_t> shapes;
+    shapes.clear();
+    for (const TensorArg& t : inputs) {
+      shapes.push_back(static_cast<int64_t>(t.dtype));
+      shapes.push_back(static_cast<int64_t>(t.shape.size()));
+      shapes.insert(shapes.end(), t.shape.begin(), t.shape.end());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (last_plan != nullptr && last_shapes == shapes) return last_plan;
+    }
     DVM_ASSIGN_OR_RETURN(SymBindings b, bind(inputs));
-    return binding_plan(b, fresh);
+    DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> plan, binding_plan(b, fresh));
+    std::lock_guard<std::mutex> lock(mu);
+    last_shapes = shapes;
+    last_plan = plan;
+    return plan;
   }
   Status encode_concurrently(const std::vector<std::vector<TensorArg>>& in,
                              const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
