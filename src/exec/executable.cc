@@ -65,6 +65,9 @@ struct PreparedCall {
   };
   std::vector<Kernel> kernels;                      // by step
   std::vector<std::vector<int>> stacked, in_order;  // per wave: kernel indices
+  // The byte extent of every argument (inputs, then outputs): a function of the layout, so a
+  // repeated call checks overlaps from its pointers alone (runtime::check_disjoint).
+  std::vector<runtime::ByteExtent> extents;
 };
 
 struct BindingPlan {
@@ -750,6 +753,8 @@ std::shared_ptr<const PreparedCall> Executable::Impl::prepare_call(
   }
   auto pc = std::make_shared<PreparedCall>();
   pc->kernels.resize(steps.size());
+  for (std::span<const TensorArg> args : {inputs, outputs})
+    for (const TensorArg& t : args) pc->extents.push_back(runtime::byte_extent(t));
   const auto where = [&](const TensorArg& t, PreparedCall::Arg* a) {
     for (size_t k = 0; k < bases.size(); ++k) {
       if (t.data != bases[k]) continue;
@@ -864,11 +869,6 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
                               to_string(x.g->nodes[o].shape) + " for this binding");
     }
   }
-  DVM_RETURN_IF_ERROR(runtime::check_no_overlap(x.g->name, inputs, outputs));
-  std::unique_ptr<Arena> arena = x.take_arena();
-  arena->reserve(p->arena_bytes);
-  GraphRunStats st;
-  st.peak_bytes = p->arena_bytes;
   thread_local std::vector<int64_t> key;
   layout_key(inputs, outputs, &key);
   std::shared_ptr<const PreparedCall> pc;
@@ -877,6 +877,19 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
     auto it = p->prepared.find(key);
     if (it != p->prepared.end()) pc = it->second;
   }
+  if (pc) {  // the layout's checks passed when it was prepared; the pointers are this call's
+    thread_local std::vector<void*> data;
+    data.clear();
+    for (std::span<const TensorArg> args : {inputs, outputs})
+      for (const TensorArg& t : args) data.push_back(t.data);
+    DVM_RETURN_IF_ERROR(runtime::check_disjoint(x.g->name, inputs.size(), data, pc->extents, {}));
+  } else {
+    DVM_RETURN_IF_ERROR(runtime::check_no_overlap(x.g->name, inputs, outputs));
+  }
+  std::unique_ptr<Arena> arena = x.take_arena();
+  arena->reserve(p->arena_bytes);
+  GraphRunStats st;
+  st.peak_bytes = p->arena_bytes;
   st.bind_us = base::now_us() - t0;
   if (pc) {
     const Status status = x.run_prepared(*pc, inputs, outputs, arena.get(), &st);
