@@ -413,17 +413,21 @@ TEST(Runtime, SharedSubexpressionsAreVisitedOnce) {
   expect_matches_reference(k2, {make_buffer(DType::kF32, {100}, rng)}, {1e-6, 1e-5});
 }
 
+// y = 2x + 1 and z = -x over one symbolic dim: two outputs that both read x.
+std::shared_ptr<CompiledKernel> affine_two_outputs(const std::string& name) {
+  KernelBuilder kb(name);
+  Value x = kb.load("x", DType::kF32, {kb.symbol("S")});
+  kb.store("y", kb.add(kb.mul(x, kb.constant(2.0)), kb.constant(1.0)));
+  kb.store("z", kb.unary(UnaryOp::kNeg, x));
+  return CompiledKernel::create(kb.build().value()).value();
+}
+
 // Outputs that overlap an input, each other or themselves are rejected with an error naming
 // the output, before anything is written. Exact in-place runs are allowed only for one-output
 // elementwise kernels: here the second output would read x after the first one stored over
 // it (z came out -3, not -1).
 TEST(Runtime, OverlappingOutputsAreRejected) {
-  KernelBuilder kb("affine");
-  Dim S = kb.symbol("S");
-  Value x = kb.load("x", DType::kF32, {S});
-  kb.store("y", kb.add(kb.mul(x, kb.constant(2.0)), kb.constant(1.0)));
-  kb.store("z", kb.unary(UnaryOp::kNeg, x));
-  auto ck = CompiledKernel::create(kb.build().value()).value();
+  auto ck = affine_two_outputs("affine");
   std::vector<float> mem(64, 1.0f), other(64, 0.0f);
   auto view = [](float* p, int64_t n, int64_t stride) {
     TensorArg t = TensorArg::contiguous(p, DType::kF32, {n});
@@ -467,12 +471,7 @@ TEST(Runtime, OverlappingOutputsAreRejected) {
 // reuses that binding's proofs and re-checks only what its pointers decide: overlaps, null
 // data. Each rejection below follows a successful call of the same layout.
 TEST(Runtime, CachedBindingsStillCheckPointersAndStorage) {
-  KernelBuilder kb("affine2");
-  Dim S = kb.symbol("S");
-  Value x = kb.load("x", DType::kF32, {S});
-  kb.store("y", kb.add(kb.mul(x, kb.constant(2.0)), kb.constant(1.0)));
-  kb.store("z", kb.unary(UnaryOp::kNeg, x));
-  auto ck = CompiledKernel::create(kb.build().value()).value();
+  auto ck = affine_two_outputs("affine2");
   std::vector<float> mem(64, 1.0f), other(64, 0.0f);
   const auto view = [](float* p, int64_t n) { return TensorArg::contiguous(p, DType::kF32, {n}); };
   const TensorArg in[] = {view(mem.data(), 16)};
