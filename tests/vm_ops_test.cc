@@ -1491,6 +1491,27 @@ TEST(VmSmallTiles, SmallStatisticsMatchTheKernelsBitwise) {
   }
 }
 
+// A transposed source ([C, R], read as [R, C]) goes through cpu::transpose_f32: 8x8 blocks,
+// then 4x4 blocks for the rows those leave (or all rows when R < 8), then single elements.
+// Every row count from 1 to 13 against column counts around the block sizes, exact data
+// movement checked through an exact scale (x * 0.5 + z).
+TEST(VmTranspose, TransposedSourcesOfEveryRowCount) {
+  KernelBuilder kb("transpose_add");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value xt = kb.transpose(kb.load("x", DType::kF32, {C, R}), 0, 1);
+  Value z = kb.load("z", DType::kF32, {R, C});
+  kb.store("y", kb.add(kb.binary(BinaryOp::kMul, xt, 0.5), z));
+  BUILD(kb, k);
+  std::mt19937 rng(103);
+  for (int64_t r = 1; r <= 13; ++r) {
+    for (int64_t c : {1, 3, 4, 7, 9, 33, 1024}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {c, r}, rng),
+                                make_buffer(DType::kF32, {r, c}, rng)};
+      check(k, in, {.tol = Tol::kArith, .what = std::to_string(r) + "x" + std::to_string(c)});
+    }
+  }
+}
+
 // A launch with less work than the target's min_parallel_work runs on one thread, so the
 // encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
 // or for balance between them (each block costs its own dispatch); larger ones are still

@@ -400,6 +400,47 @@ void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_
   r0 = rows8;
   c0 = cols8;
 #endif
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+  // Four rows at a time (few rows, or the 4-7 left under the 8-row blocks; a [C, R] source
+  // with R < 8 has nothing else): 4x4 blocks through 128-bit interleaves, over all columns
+  // the 8x8 blocks did not cover for these rows.
+  if (rows - r0 >= 4 && cols >= 4) {
+    const hn::Full128<float> d4;
+    const hn::Full128<double> d2;
+    const auto il64 = [&](hn::Vec128<float> a, hn::Vec128<float> b) {
+      return hn::BitCast(d4, hn::InterleaveLower(d2, hn::BitCast(d2, a), hn::BitCast(d2, b)));
+    };
+    const auto iu64 = [&](hn::Vec128<float> a, hn::Vec128<float> b) {
+      return hn::BitCast(d4, hn::InterleaveUpper(d2, hn::BitCast(d2, a), hn::BitCast(d2, b)));
+    };
+    const int64_t rows4 = r0 + (rows - r0) / 4 * 4, cols4 = cols / 4 * 4;
+    for (int64_t c = 0; c < cols4; c += 4) {
+      for (int64_t r = r0; r < rows4; r += 4) {
+        // v[k]: rows r..r+3 of source column c + k.
+        hn::Vec128<float> v[4];
+        for (int k = 0; k < 4; ++k) v[k] = hn::LoadU(d4, src + (c + k) * scs + r);
+        const auto t0 = hn::InterleaveLower(d4, v[0], v[1]);  // v0[0] v1[0] v0[1] v1[1]
+        const auto t1 = hn::InterleaveUpper(d4, v[0], v[1]);  // v0[2] v1[2] v0[3] v1[3]
+        const auto t2 = hn::InterleaveLower(d4, v[2], v[3]);
+        const auto t3 = hn::InterleaveUpper(d4, v[2], v[3]);
+        hn::StoreU(il64(t0, t2), d4, dst + r * drs + c);
+        hn::StoreU(iu64(t0, t2), d4, dst + (r + 1) * drs + c);
+        hn::StoreU(il64(t1, t3), d4, dst + (r + 2) * drs + c);
+        hn::StoreU(iu64(t1, t3), d4, dst + (r + 3) * drs + c);
+      }
+    }
+    // The columns past cols4 of these rows, then the rows past rows4 of the blocked columns.
+    for (int64_t c = cols4; c < cols; ++c)
+      for (int64_t r = r0; r < rows4; ++r) dst[r * drs + c] = src[c * scs + r];
+    for (int64_t c = 0; c < c0; ++c)
+      for (int64_t r = rows4; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+    for (int64_t c = c0; c < cols; ++c)
+      for (int64_t r = 0; r < r0; ++r) dst[r * drs + c] = src[c * scs + r];
+    for (int64_t c = c0; c < cols; ++c)
+      for (int64_t r = rows4; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+    return;
+  }
+#endif
   // The edges: the last rows of the blocked columns, then the last columns.
   for (int64_t c = 0; c < c0; ++c)
     for (int64_t r = r0; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
