@@ -478,6 +478,14 @@ bool chainable_op(const bc::Instr& in) {
   return bc::chain_body_op(in) && (in.cls == TileClass::kFull || in.cls == TileClass::kCol);
 }
 
+// Does `in` read or write any register?
+bool touches_register(const bc::Instr& in) {
+  const int used = used_fields(in);
+  for (int k = 0; k < 4; ++k)
+    if ((used >> k & 1) && field(in, k)->kind == bc::OperandKind::kReg) return true;
+  return false;
+}
+
 bool uses_reg(bc::Instr in, int reg) {
   int used = used_fields(in);
   for (int k = 0; k < 4; ++k) {
@@ -632,9 +640,7 @@ void Emitter::grow_streaming_tile() {
     bc::Instr in = code_[pc];
     if (in.op == bc::Opcode::kLoop || in.op == bc::Opcode::kEndLoop) return;
     if (in.op != bc::Opcode::kChain) {
-      const int used = used_fields(in);
-      for (int k = 0; k < 4; ++k)
-        if ((used >> k & 1) && field(in, k)->kind == bc::OperandKind::kReg) return;
+      if (touches_register(in)) return;
       continue;
     }
     if (in.aux >> 8) return;  // kept values
@@ -754,10 +760,7 @@ void Emitter::chain_loop_bodies() {
         stop += bc::chain_length(in.aux) + 1;
         continue;
       }
-      const int used = used_fields(in);
-      for (int k = 0; k < 4; ++k)
-        if ((used >> k & 1) && field(in, k)->kind == bc::OperandKind::kReg) ok = false;
-      ok = ok && chainable(in);
+      ok = !touches_register(in) && chainable(in);
       any_single = true;
       ++stop;
     }

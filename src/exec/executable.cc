@@ -81,6 +81,13 @@ struct BindingPlan {
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const PreparedCall>> prepared;
 };
 
+// A tensor's dtype, rank and shape, appended to a key (all that binding symbols reads).
+void append_shape(const TensorArg& t, std::vector<int64_t>* key) {
+  key->push_back(static_cast<int64_t>(t.dtype));
+  key->push_back(static_cast<int64_t>(t.shape.size()));
+  key->insert(key->end(), t.shape.begin(), t.shape.end());
+}
+
 // What a prepared call depends on besides the binding: every argument's dtype, shape,
 // strides, offset and storage size.
 void layout_key(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
@@ -88,9 +95,7 @@ void layout_key(std::span<const TensorArg> inputs, std::span<const TensorArg> ou
   key->clear();
   for (std::span<const TensorArg> args : {inputs, outputs}) {
     for (const TensorArg& t : args) {
-      key->push_back(static_cast<int64_t>(t.dtype));
-      key->push_back(static_cast<int64_t>(t.shape.size()));
-      key->insert(key->end(), t.shape.begin(), t.shape.end());
+      append_shape(t, key);
       key->push_back(static_cast<int64_t>(t.strides.size()));
       key->insert(key->end(), t.strides.begin(), t.strides.end());
       key->push_back(t.offset);
@@ -157,11 +162,7 @@ struct Executable::Impl {
                                                           bool* fresh) const {
     thread_local std::vector<int64_t> shapes;
     shapes.clear();
-    for (const TensorArg& t : inputs) {
-      shapes.push_back(static_cast<int64_t>(t.dtype));
-      shapes.push_back(static_cast<int64_t>(t.shape.size()));
-      shapes.insert(shapes.end(), t.shape.begin(), t.shape.end());
-    }
+    for (const TensorArg& t : inputs) append_shape(t, &shapes);
     {
       std::lock_guard<std::mutex> lock(mu);
       if (last_plan != nullptr && last_shapes == shapes) return last_plan;

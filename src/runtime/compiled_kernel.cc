@@ -35,25 +35,28 @@ struct KeyHash {
   }
 };
 
-// One tensor's part of the cache key (see make_key), written at `k`; returns its end.
-int64_t* put_arg(const TensorArg& t, int64_t* k) {
+// Calls f on each value of one tensor's part of the cache key, in order (see make_key), until
+// f returns false; returns whether every call returned true. One walk for writing a key and
+// for comparing one in place.
+template <class F>
+[[gnu::always_inline]] inline bool for_each_key_value(const TensorArg& t, F f) {
   const size_t r = std::min<size_t>(t.shape.size(), kMaxRank);
-  *k++ = static_cast<int64_t>(t.dtype);
-  *k++ = static_cast<int64_t>(t.shape.size());
-  for (size_t i = 0; i < r; ++i) *k++ = t.shape[i];
-  if (t.strides.size() == t.shape.size()) {
-    for (size_t i = 0; i < r; ++i) *k++ = t.strides[i];
-  } else {  // the contiguous strides, computed in place
+  if (!f(static_cast<int64_t>(t.dtype)) || !f(static_cast<int64_t>(t.shape.size()))) return false;
+  for (size_t i = 0; i < r; ++i)
+    if (!f(t.shape[i])) return false;
+  int64_t contiguous[kMaxRank];  // the strides when none are given
+  const int64_t* strides = t.strides.data();
+  if (t.strides.size() != t.shape.size()) {
     int64_t s = 1;
     for (size_t i = r; i-- > 0;) {
-      k[i] = s;
+      contiguous[i] = s;
       s *= t.shape[i];
     }
-    k += r;
+    strides = contiguous;
   }
-  *k++ = t.offset;
-  *k++ = t.storage_elems;
-  return k;
+  for (size_t i = 0; i < r; ++i)
+    if (!f(strides[i])) return false;
+  return f(t.offset) && f(t.storage_elems);
 }
 
 // The cache key of a call: the argument counts, then per tensor its dtype, rank, sizes,
@@ -61,15 +64,15 @@ int64_t* put_arg(const TensorArg& t, int64_t* k) {
 // programs and the proofs of a binding (bounds, self-overlap, same layouts) depend on, so a
 // call that hits re-proves only what its pointers decide.
 void make_key(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs, Key* key) {
-  size_t n = 2;
+  key->clear();
+  key->push_back(static_cast<int64_t>(inputs.size()));
+  key->push_back(static_cast<int64_t>(outputs.size()));
   for (std::span<const TensorArg> args : {inputs, outputs})
-    for (const TensorArg& t : args) n += 4 + 2 * std::min<size_t>(t.shape.size(), kMaxRank);
-  key->resize(n);
-  int64_t* k = key->data();
-  *k++ = static_cast<int64_t>(inputs.size());
-  *k++ = static_cast<int64_t>(outputs.size());
-  for (std::span<const TensorArg> args : {inputs, outputs})
-    for (const TensorArg& t : args) k = put_arg(t, k);
+    for (const TensorArg& t : args)
+      for_each_key_value(t, [key](int64_t v) {
+        key->push_back(v);
+        return true;
+      });
 }
 
 // Is `key` make_key's key of these arguments? Compared in place: the memo's hit path
@@ -78,35 +81,12 @@ bool key_matches(const Key& key, std::span<const TensorArg> inputs,
                  std::span<const TensorArg> outputs) {
   const int64_t* k = key.data();
   const int64_t* const end = k + key.size();
-  if (key.size() < 2 || k[0] != static_cast<int64_t>(inputs.size()) ||
-      k[1] != static_cast<int64_t>(outputs.size()))
+  const auto next = [&](int64_t v) { return k != end && *k++ == v; };
+  if (!next(static_cast<int64_t>(inputs.size())) || !next(static_cast<int64_t>(outputs.size())))
     return false;
-  k += 2;
-  for (std::span<const TensorArg> args : {inputs, outputs}) {
-    for (const TensorArg& t : args) {
-      const size_t rank = t.shape.size(), r = std::min<size_t>(rank, kMaxRank);
-      if (end - k < static_cast<std::ptrdiff_t>(4 + 2 * r) ||
-          k[0] != static_cast<int64_t>(t.dtype) || k[1] != static_cast<int64_t>(rank))
-        return false;
-      k += 2;
-      for (size_t i = 0; i < r; ++i)
-        if (k[i] != t.shape[i]) return false;
-      k += r;
-      if (t.strides.size() == rank) {
-        for (size_t i = 0; i < r; ++i)
-          if (k[i] != t.strides[i]) return false;
-      } else {
-        int64_t s = 1;
-        for (size_t i = r; i-- > 0;) {
-          if (k[i] != s) return false;
-          s *= t.shape[i];
-        }
-      }
-      k += r;
-      if (k[0] != t.offset || k[1] != t.storage_elems) return false;
-      k += 2;
-    }
-  }
+  for (std::span<const TensorArg> args : {inputs, outputs})
+    for (const TensorArg& t : args)
+      if (!for_each_key_value(t, next)) return false;
   return k == end;
 }
 

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "base/thread_pool.h"
 #include "ops/scalar_ops.h"
@@ -39,6 +41,22 @@ struct Ref {
 
 int ctype_size(CType t) {
   return t == CType::kI64 ? 8 : 4;
+}
+
+// A register's element strides (row, column) by its class: a full tile is laid out with the
+// program's row stride, a row or column register is one contiguous run, a scalar one value.
+std::pair<int64_t, int64_t> reg_strides(TileClass cls, int64_t row_stride) {
+  switch (cls) {
+    case TileClass::kFull:
+      return {row_stride, 1};
+    case TileClass::kRow:
+      return {1, 0};
+    case TileClass::kCol:
+      return {0, 1};
+    case TileClass::kScalar:
+      return {0, 0};
+  }
+  return {0, 0};
 }
 
 struct Frame {
@@ -166,18 +184,8 @@ void BlockRunner::set_axis(int axis, int64_t trip) {
                lp_.desc_rs[o.index], lp_.desc_cs[o.index]};
   }
   if (o.kind == OperandKind::kReg) {
-    char* base = regs_ + static_cast<int64_t>(o.index) * reg_bytes_;
-    switch (o.cls) {
-      case TileClass::kFull:
-        return Ref{base, p_.reg_row_stride, 1};
-      case TileClass::kRow:
-        return Ref{base, 1, 0};
-      case TileClass::kCol:
-        return Ref{base, 0, 1};
-      case TileClass::kScalar:
-        return Ref{base, 0, 0};
-    }
-    return Ref{base, 0, 0};
+    const auto [rs, cs] = reg_strides(o.cls, p_.reg_row_stride);
+    return Ref{regs_ + static_cast<int64_t>(o.index) * reg_bytes_, rs, cs};
   }
   const bc::Constant& c =
       o.kind == OperandKind::kConst ? p_.consts[o.index] : args_.params[o.index];
@@ -637,8 +645,7 @@ void plan_chain_fields(LoadedProgram* lp, size_t pc) {
       } else if (o.kind == OperandKind::kReg) {
         t.kind = Field::kReg;
         t.reg_bytes = static_cast<int64_t>(o.index) * reg_bytes;
-        t.rs = o.cls == TileClass::kFull ? prog.reg_row_stride : o.cls == TileClass::kRow ? 1 : 0;
-        t.cs = o.cls == TileClass::kFull || o.cls == TileClass::kCol ? 1 : 0;
+        std::tie(t.rs, t.cs) = reg_strides(o.cls, prog.reg_row_stride);
       } else {
         t.kind = o.kind == OperandKind::kConst ? Field::kConst : Field::kParam;
       }

@@ -357,21 +357,35 @@ void AccumulateF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, i
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+// The lower (upper) 64-bit halves of each 128-bit block of a and b, interleaved: pairs of
+// floats moved as one, the middle step of a register transpose.
+template <class D>
+HWY_INLINE hn::Vec<D> InterleaveLower64(D d, hn::Vec<D> a, hn::Vec<D> b) {
+  const hn::Repartition<double, D> d64;
+  return hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> InterleaveUpper64(D d, hn::Vec<D> a, hn::Vec<D> b) {
+  const hn::Repartition<double, D> d64;
+  return hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+}
+#endif
+
 // dst[r * drs + c] = src[c * scs + r] for r < rows, c < cols: a transposed copy (a tile read
 // from, or written to, memory that is contiguous along the tile's rows). 8 x 8 blocks go
 // through registers (eight 8-lane loads, 24 shuffles, eight stores) on targets with 256-bit
-// vectors; the edges and other targets copy element by element.
+// vectors, then 4 x 4 blocks (128-bit) on x86; the edges copy element by element.
 void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
                   int64_t cols) {
   int64_t r0 = 0, c0 = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   const hn::Full256<float> d8;
-  const hn::Full256<double> d64;
   const auto il64 = [&](hn::Vec256<float> a, hn::Vec256<float> b) {
-    return hn::BitCast(d8, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+    return InterleaveLower64(d8, a, b);
   };
   const auto iu64 = [&](hn::Vec256<float> a, hn::Vec256<float> b) {
-    return hn::BitCast(d8, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+    return InterleaveUpper64(d8, a, b);
   };
   const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
   for (int64_t c = 0; c < cols8; c += 8) {
@@ -406,12 +420,11 @@ void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_
   // the 8x8 blocks did not cover for these rows.
   if (rows - r0 >= 4 && cols >= 4) {
     const hn::Full128<float> d4;
-    const hn::Full128<double> d2;
     const auto il64 = [&](hn::Vec128<float> a, hn::Vec128<float> b) {
-      return hn::BitCast(d4, hn::InterleaveLower(d2, hn::BitCast(d2, a), hn::BitCast(d2, b)));
+      return InterleaveLower64(d4, a, b);
     };
     const auto iu64 = [&](hn::Vec128<float> a, hn::Vec128<float> b) {
-      return hn::BitCast(d4, hn::InterleaveUpper(d2, hn::BitCast(d2, a), hn::BitCast(d2, b)));
+      return InterleaveUpper64(d4, a, b);
     };
     const int64_t rows4 = r0 + (rows - r0) / 4 * 4, cols4 = cols / 4 * 4;
     for (int64_t c = 0; c < cols4; c += 4) {
