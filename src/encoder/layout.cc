@@ -204,7 +204,8 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
     chunk[L->col] = std::min<int64_t>(chunk[L->col], kTransposedTile);
   }
   if (L->row >= 0) {
-    int64_t cap = std::max<int64_t>(1, kTileElems / round16(chunk[L->col]));
+    const int64_t tile = c.reduced ? kRowReduceTileElems : kTileElems;
+    int64_t cap = std::max<int64_t>(1, tile / round16(chunk[L->col]));
     chunk[L->row] = std::max<int64_t>(1, std::min(L->axes[L->row].extent, cap));
   }
   // Enough blocks for every thread (and some slack for balance), not tiles too small to

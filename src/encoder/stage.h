@@ -21,6 +21,13 @@ using ir::OpKind;
 inline constexpr int kMaxDomAxes = bc::kMaxAxes;
 inline constexpr int64_t kTileElems = 4096;        // elements per register for streaming stages
 inline constexpr int64_t kMaxReduceChunk = 16384;  // a reduced row up to this fits one pass
+// Rows reduced along the tile's columns (norms, softmax) are tiled up to this many elements:
+// such a program runs ten or so instructions per block, and the interpreter's fixed work per
+// block (about 1K instructions) weighs more than reading its registers from L2 instead of L1
+// (interleaved A/B, 1 thread, Zen 4: rmsnorm rows of 64 and add+layernorm rows of 768 run
+// 1.1-1.2x faster, softmax rows of 512 1.05-1.09x, rows of 4096+ unchanged, against 4K
+// tiles). fit_tile_to_cache still bounds the registers' bytes by kRegBudgetBytes.
+inline constexpr int64_t kRowReduceTileElems = 16384;
 // Live tile registers should stay in L2 (1 MiB per core on the machines we measured). Keeping
 // them in L1 instead meant 1-row tiles whose dispatch overhead cost more than the L2 traffic
 // (layernorm over 1024 columns: 888 us at 20 KiB vs 494 us at 256 KiB per 1M elements).
