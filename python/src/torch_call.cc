@@ -2,10 +2,12 @@
 // installed (it links libtorch; `dvm._dvm` never does). call(exe, args, index) runs the
 // dvm.Executable `exe` on the torch tensors args[index[0]], args[index[1]], ... and returns its
 // outputs as a tuple of new torch tensors. Arguments are read straight from the at::Tensor
-// (data pointer, sizes, strides: no Python attribute calls) and outputs are made by at::empty
-// once the executable has bound the input shapes. A tensor this path does not take (not on the
+// (data pointer, sizes, strides: no Python attribute calls) and outputs are made once the
+// executable has bound the input shapes, large ones from blocks kept for reuse
+// (output_allocator.h). A tensor this path does not take (not on the
 // CPU, torch's negative bit, a dtype DVM lacks) raises NotImplementedError: the caller then
 // uses Executable.call, which reports or handles it.
+#include <ATen/EmptyTensor.h>
 #include <Python.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "output_allocator.h"
 #include "torch_call_api.h"
 
 namespace {
@@ -70,6 +73,13 @@ bool tensor_arg(const at::Tensor& t, TensorArg* out) {
   return true;
 }
 
+// A new contiguous output tensor, its storage from the output allocator.
+at::Tensor empty_output(const std::vector<int64_t>& shape, DType dtype) {
+  return at::Tensor(at::detail::empty_generic(shape, dvm::python::output_allocator(),
+                                              c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                              torch_dtype(dtype), std::nullopt));
+}
+
 // A fresh output (this module links no DVM code: TensorArg::contiguous lives in libdvm).
 TensorArg contiguous(void* data, DType dtype, const std::vector<int64_t>& shape) {
   TensorArg t;
@@ -107,7 +117,7 @@ PyObject* call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
           std::vector<TensorArg>* args_out, std::string* error) {
         try {
           for (size_t k = 0; k < shapes.size(); ++k) {
-            outs.push_back(at::empty(shapes[k], at::TensorOptions().dtype(torch_dtype(dtypes[k]))));
+            outs.push_back(empty_output(shapes[k], dtypes[k]));
             args_out->push_back(contiguous(outs.back().data_ptr(), dtypes[k], shapes[k]));
           }
           return true;
@@ -130,9 +140,40 @@ PyObject* call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   return result;
 }
 
+PyObject* output_cache_stats(PyObject*, PyObject*) {
+  const dvm::python::OutputCacheStats s = dvm::python::output_cache_stats();
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "hits", static_cast<long long>(s.hits), "misses",
+                       static_cast<long long>(s.misses), "idle_bytes",
+                       static_cast<long long>(s.idle_bytes), "live_bytes",
+                       static_cast<long long>(s.live_bytes), "budget_bytes",
+                       static_cast<long long>(s.budget_bytes));
+}
+
+PyObject* release_output_cache(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
+  long long budget = -1;
+  if (argc > 1) {
+    PyErr_SetString(PyExc_TypeError, "release_output_cache(budget_bytes=-1)");
+    return nullptr;
+  }
+  if (argc == 1) {
+    budget = PyLong_AsLongLong(argv[0]);
+    if (budget == -1 && PyErr_Occurred()) return nullptr;
+  }
+  dvm::python::release_output_cache(budget);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&call)), METH_FASTCALL,
      "call(exe, args, index): exe(*[args[i] for i in index]) for torch tensors, in C++."},
+    {"output_cache_stats", &output_cache_stats, METH_NOARGS,
+     "output_cache_stats() -> dict: hits, misses, idle_bytes, live_bytes, budget_bytes of the "
+     "blocks kept for large outputs."},
+    {"release_output_cache",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&release_output_cache)),
+     METH_FASTCALL,
+     "release_output_cache(budget_bytes=-1): frees every idle output block; a budget >= 0 "
+     "replaces DVM_OUTPUT_CACHE_MB's (0: no more caching)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT,

@@ -539,6 +539,55 @@ def test_torch_call_path_reads_tensors_in_cpp():
         torch.testing.assert_close(c(xin, bias), f(xin.resolve_neg(), bias))
 
 
+def test_large_outputs_reuse_kept_blocks():
+    """Outputs of 1 MiB and up come from blocks kept when their tensor dies: a second call of
+    the same (or a slightly larger) shape reuses the first call's block, already mapped; the
+    values are right, the storage resizes like any tensor's, a zero budget turns the cache
+    off and the idle bytes never exceed the budget."""
+    from dvm import _dvm_torch
+    from dvm.torch_backend import output_cache_stats, release_output_cache
+
+    gb = dvm.GraphBuilder("g")
+    s = gb.symbol("S")
+    x = gb.input("x", dvm.DType.F32, [s, 1024])
+    gb.output("y", gb.binary(dvm.BinaryOp.MUL, x, x))
+    exe = dvm.Executable.compile(gb.build())
+    release_output_cache(64 << 20)
+    try:
+        before = output_cache_stats()
+        xin = torch.randn(600, 1024)  # a 2.3 MiB output: its class holds 2.25-2.5 MiB
+        (y,) = _dvm_torch.call(exe, (xin,), (0,))
+        torch.testing.assert_close(y, xin * xin)
+        ptr = y.data_ptr()
+        del y
+        mid = output_cache_stats()
+        assert mid["misses"] == before["misses"] + 1 and mid["idle_bytes"] >= 2 << 20
+        xin = torch.randn(620, 1024)  # 3% larger: the same size class
+        (y,) = _dvm_torch.call(exe, (xin,), (0,))
+        torch.testing.assert_close(y, xin * xin)
+        after = output_cache_stats()
+        assert y.data_ptr() == ptr and after["hits"] == mid["hits"] + 1
+        assert after["live_bytes"] >= 2 << 20
+        y.resize_(700, 1024)  # a storage that grows through the same allocator
+        y[600:] = 1.0
+        assert float(y[699, 0]) == 1.0
+        small = _dvm_torch.call(exe, (torch.randn(4, 1024),), (0,))[0]
+        assert output_cache_stats()["misses"] == after["misses"] + 1  # the resize
+        del y, small
+        many = [_dvm_torch.call(exe, (torch.randn(4096, 1024),), (0,))[0] for _ in range(20)]
+        del many  # 20 x 16 MiB freed against a 64 MiB budget
+        assert output_cache_stats()["idle_bytes"] <= 64 << 20
+        release_output_cache(0)
+        (y,) = _dvm_torch.call(exe, (xin,), (0,))
+        torch.testing.assert_close(y, xin * xin)
+        stats = output_cache_stats()
+        assert stats["idle_bytes"] == 0 and stats["budget_bytes"] == 0
+        del y
+        assert output_cache_stats()["idle_bytes"] == 0
+    finally:
+        release_output_cache(1024 << 20)
+
+
 @pytest.fixture
 def direct_calls(monkeypatch):
     """The direct calls single_partition_call makes for the graphs compiled in the test (None

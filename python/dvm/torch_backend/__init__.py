@@ -14,5 +14,7 @@ that runs in PyTorch and why.
 
 from .backend import decompositions, dvm_backend, register, reset_stats, stats
 from .ops import OPS, op_table
+from .runtime import output_cache_stats, release_output_cache
 
-__all__ = ["OPS", "decompositions", "dvm_backend", "op_table", "register", "reset_stats", "stats"]
+__all__ = ["OPS", "decompositions", "dvm_backend", "op_table", "output_cache_stats", "register",
+           "release_output_cache", "reset_stats", "stats"]

@@ -44,8 +44,27 @@ _constant = dvm.constant
 
 try:  # the C++ call path for torch tensors (built when torch was installed at build time)
     from dvm._dvm_torch import call as _torch_call
+    from dvm._dvm_torch import output_cache_stats as _output_cache_stats
+    from dvm._dvm_torch import release_output_cache as _release_output_cache
 except ImportError:  # pragma: no cover (an install built without torch)
-    _torch_call = None
+    _torch_call = _output_cache_stats = _release_output_cache = None
+
+
+def output_cache_stats() -> dict:
+    """The blocks kept for compiled partitions' large outputs (1 MiB and up): ``hits`` and
+    ``misses`` (allocations served by a kept block or by a new one), ``idle_bytes`` kept for
+    reuse now, ``live_bytes`` in tensors now, ``budget_bytes`` (the most kept idle; env
+    ``DVM_OUTPUT_CACHE_MB``, default 1024)."""
+    if _output_cache_stats is None:  # pragma: no cover
+        return {"hits": 0, "misses": 0, "idle_bytes": 0, "live_bytes": 0, "budget_bytes": 0}
+    return _output_cache_stats()
+
+
+def release_output_cache(budget_bytes: int = -1) -> None:
+    """Frees every idle output block; ``budget_bytes >= 0`` sets a new budget (0: outputs
+    come from torch's allocator from now on)."""
+    if _release_output_cache is not None:
+        _release_output_cache(int(budget_bytes))
 
 
 def carrier(n) -> torch.Tensor:
