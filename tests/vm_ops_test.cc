@@ -1554,6 +1554,52 @@ TEST(VmTiling, LaunchesTooSmallForThreadsAreNotSplit) {
   }
 }
 
+// The encoder sizes blocks to amortise the interpreter's fixed work per block: rows reduced
+// along their columns get tiles of up to kRowReduceTileElems, and a loop of chains whose only
+// registers are chain-local (held in strip scratch) runs 16 tiles of trips per block. Each
+// program still matches the reference.
+TEST(VmTiling, BlocksAmortiseTheDispatch) {
+  std::mt19937 rng(93);
+  {
+    KernelBuilder kb("rms_rows");
+    Dim R = kb.symbol("R");
+    Value x = kb.load("x", DType::kF32, {R, 64});
+    Value ms = kb.mean(kb.mul(x, x), {-1}, true);
+    kb.store("y", kb.mul(x, kb.unary(UnaryOp::kRsqrt, kb.add(ms, kb.constant(1e-6)))));
+    BUILD(kb, k);
+    std::vector<Buffer> in = {make_buffer(DType::kF32, {1024, 64}, rng)};
+    check(k, in, {.tol = Tol::kReduce, .n = 64, .what = "rms 1024x64"});
+    const enc::EncodedKernel ek =
+        encode_for(k, args_of(in), args_of({make_buffer(DType::kF32, {1024, 64}, rng)}));
+    ASSERT_EQ(ek.programs.size(), 1u);
+    EXPECT_EQ(ek.programs[0].grid, 4);  // 256 rows a block (kRowReduceTileElems 16K / 64)
+  }
+  {
+    KernelBuilder kb("rotary");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {S, 8, 64});
+    Value cs = kb.load("cos", DType::kF32, {S, 1, 64});
+    Value sn = kb.load("sin", DType::kF32, {S, 1, 64});
+    Value rot =
+        kb.concat({kb.unary(UnaryOp::kNeg, kb.slice(x, 2, 32, 64)), kb.slice(x, 2, 0, 32)}, 2);
+    kb.store("y", kb.add(kb.mul(x, cs), kb.mul(rot, sn)));
+    BUILD(kb, k);
+    for (int64_t s : {int64_t{1}, int64_t{300}, int64_t{1000}}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {s, 8, 64}, rng),
+                                make_buffer(DType::kF32, {s, 1, 64}, rng),
+                                make_buffer(DType::kF32, {s, 1, 64}, rng)};
+      // A sum of two products, fused into an fma: compared as a 2-term sum (cancellation).
+      check(k, in, {.tol = Tol::kReduce, .n = 2, .what = "rotary S=" + std::to_string(s)});
+      const enc::EncodedKernel ek =
+          encode_for(k, args_of(in), args_of({make_buffer(DType::kF32, {s, 8, 64}, rng)}));
+      ASSERT_EQ(ek.programs.size(), 1u);
+      // Tiles of 8 x 32 (a head's half rows): 16 * kTileElems (4K) / 256 trips of S a block.
+      const int64_t per_block = 256;
+      EXPECT_EQ(ek.programs[0].grid, (s + per_block - 1) / per_block) << "S=" << s;
+    }
+  }
+}
+
 // f16/bf16 loads and stores convert strip by strip inside chains (no pass through a tile
 // register), plain and over strided views.
 TEST(VmChainHalfLoads, MatchReference) {

@@ -667,16 +667,41 @@ void Emitter::grow_streaming_tile() {
 }
 
 // Does any instruction use a register of a whole tile or a tile column (kFull, kRow)? Without
-// one, the tile's size costs no cache: its memory operands stream through once.
+// one, the tile's size costs no cache: its memory operands stream through once. A chain's
+// local values (defined by a member that is not kept, read only by later members) do not
+// count: the VM holds them in per-strip scratch whatever the tile's size (rotary's halves, a
+// product of permuted operands).
 bool Emitter::tile_registers() const {
-  for (const bc::Instr& in : code_) {
-    const int used = used_fields(in);
-    for (int k = 0; k < 4; ++k) {
-      const Operand* o = field(in, k);
-      if ((used >> k & 1) && o->kind == bc::OperandKind::kReg &&
-          (o->cls == bc::TileClass::kFull || o->cls == bc::TileClass::kRow))
-        return true;
+  const auto tile_reg = [](const Operand& o) {
+    return o.kind == bc::OperandKind::kReg &&
+           (o.cls == bc::TileClass::kFull || o.cls == bc::TileClass::kRow);
+  };
+  for (size_t pc = 0; pc < code_.size(); ++pc) {
+    const bc::Instr& head = code_[pc];
+    if (head.op != bc::Opcode::kChain) {
+      const int used = used_fields(head);
+      for (int k = 0; k < 4; ++k)
+        if ((used >> k & 1) && tile_reg(*field(head, k))) return true;
+      continue;
     }
+    const int len = bc::chain_length(head.aux);
+    std::vector<int> local;  // registers this chain defined for its own later members
+    const auto is_local = [&](int reg) {
+      return std::find(local.begin(), local.end(), reg) != local.end();
+    };
+    for (int m = 0; m < len; ++m) {
+      const bc::Instr& in = code_[pc + 1 + m];
+      const int used = used_fields(in);
+      for (int k = 1; k < 4; ++k) {
+        const Operand* o = field(in, k);
+        if ((used >> k & 1) && tile_reg(*o) && !is_local(o->index)) return true;
+      }
+      std::erase(local, static_cast<int>(in.d.index));  // redefined: the new value decides
+      if (!tile_reg(in.d)) continue;
+      if (m + 1 == len || bc::chain_reduce_op(in) || bc::chain_keeps(head.aux, m)) return true;
+      local.push_back(in.d.index);
+    }
+    pc += static_cast<size_t>(len);
   }
   return false;
 }
