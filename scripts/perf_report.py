@@ -765,8 +765,10 @@ def section_host(path, d):
                     + (f", Inductor/DVM {fmt(geomean(ind))}." if ind else ".")]
     ec = res.get("exe_call")
     if ec:
+        when = (f" Measured separately: commit {ec['commit']}, {ec.get('time', '?')}."
+                if ec.get("commit") else "")
         out += ["", f"Executable call from Python ({ec.get('graph')}): " + ", ".join(
-            f"{k} {fmt(v)} us" for k, v in ec.get("us", {}).items()) + "."]
+            f"{k} {fmt(v)} us" for k, v in ec.get("us", {}).items()) + "." + when]
     fc = res.get("first_call")
     if fc:
         out += ["", "First call of HuggingFace models (2 layers, random weights, batch 2 x 37 "

@@ -8,8 +8,9 @@
   biased input, silu gate, a two-matmul MLP) at sizes whose kernels take well under 5 us, so
   the time is the host path: Dynamo's guards, the compiled function, DVM's call. Interleaved
   rounds in one process (--rounds); each sample is --calls back-to-back calls; medians.
-- exe_call: `Executable.call` from Python on a one-kernel graph (a cached binding), and the same
-  partition through `dvm._dvm_torch.call` (what the torch backend uses).
+- exe_call: calling an Executable from Python on a one-kernel graph (a cached binding):
+  `exe(...)` (torch tensors go through `dvm._dvm_torch`), the `Executable.call` binding, and
+  `dvm._dvm_torch.call` directly (what the torch backend uses).
 - first_call: HuggingFace GPT-2, BERT, T5 encoder and Llama (2 layers each, random weights from
   their configs, batch 2 x 37 tokens, no_grad), one fresh process per model and backend: the
   first call (Dynamo's trace + the backend's compile + the run) with backend "eager" (Dynamo's
@@ -114,8 +115,10 @@ def exe_call(rounds, calls):
     gb.output("y", gb.gelu(gb.binary(dvm.BinaryOp.ADD, x, b)))
     exe = dvm.Executable.compile(gb.build())
     X, B = torch.randn(5, 64), torch.randn(64)
-    fns = {"Executable.call (torch tensors)": lambda: exe.call(X, B),
-           "Executable.call (numpy arrays)": lambda: exe.call(X.numpy(), B.numpy())}
+    Xn, Bn = X.numpy(), B.numpy()
+    fns = {"exe(...) (torch tensors)": lambda: exe(X, B),
+           "Executable.call (torch tensors)": lambda: exe.call(X, B),
+           "Executable.call (numpy arrays)": lambda: exe.call(Xn, Bn)}
     try:
         from dvm import _dvm_torch
 

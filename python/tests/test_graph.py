@@ -127,6 +127,37 @@ def test_torch_tensors_cross_zero_copy():
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
 
 
+def test_calling_with_torch_tensors_takes_the_cpp_path(monkeypatch):
+    """exe(*tensors) reads torch tensors and makes its outputs in C++ (dvm._dvm_torch); an
+    input that path does not take (a numpy array after a tensor, torch's negative bit) runs
+    through Executable.call with the same results, and errors stay DvmError."""
+    torch = pytest.importorskip("torch")
+    from dvm import _graph
+
+    exe = dvm.Executable.compile(layernorm_gelu_graph())
+    tensor_type, call = _graph._torch_path()
+    direct = []
+
+    def spy(*args):
+        direct.append(args[0])
+        return call(*args)
+
+    monkeypatch.setattr(_graph, "_TORCH", (tensor_type, spy))
+    x = torch.randn(6, 32)
+    w, b = torch.ones(32), torch.zeros(32)
+    ref = torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (32,), w, b, 1e-5))
+    ys = exe(x, w, b)
+    assert isinstance(ys, list) and len(direct) == 1
+    torch.testing.assert_close(ys[0], ref, rtol=1e-4, atol=1e-5)
+    for args in ((x, w.numpy(), b), (x, torch._neg_view(-w), b)):
+        (y,) = exe(*args)
+        assert isinstance(y, torch.Tensor)
+        torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
+    assert len(direct) == 3  # tried, then the general path
+    with pytest.raises(dvm.DvmError, match="dim"):
+        exe(torch.randn(6, 31), w, b)
+
+
 def test_bad_graph_text_gets_a_clear_error():
     """Errors on user text never turn into another exception type: undecodable bytes in a
     message or a name become U+FFFD; an op with the wrong operand count is rejected where it is
