@@ -553,6 +553,26 @@ void bm_dvm(benchmark::State& st, const Workload& wl, int threads) {
   st.counters["max_rel_err"] = err;
 }
 
+// The machine's copy bandwidth, the yardstick of memory-bound kernels at 16M elements: a
+// memcpy of n floats split over the same pool (bytes counted read + written, as the
+// workloads count theirs).
+void bm_copy(benchmark::State& st, int threads) {
+  const int64_t n = st.range(0);
+  std::vector<float> src(static_cast<size_t>(n), 1.0f), dst(static_cast<size_t>(n), 0.0f);
+  Pool pool(threads);
+  const std::function<void(int, int)> job = [&](int p, int parts) {
+    const int64_t a = split(n, p, parts), b = split(n, p + 1, parts);
+    std::memcpy(dst.data() + a, src.data() + a, static_cast<size_t>(b - a) * sizeof(float));
+  };
+  pool.run(n, job);
+  for (auto _ : st) {
+    pool.run(n, job);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * 2 * static_cast<int64_t>(sizeof(float)));
+  st.counters["threads"] = threads;
+}
+
 void register_all() {
   const int64_t sizes[] = {4096, int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 24};
   using Fn = void (*)(benchmark::State&, const Workload&, int);
@@ -565,6 +585,14 @@ void register_all() {
                               {"fused_st", bm_fused, 1},
                               {"dvm_mt", bm_dvm, kThreads},
                               {"fused_mt", bm_fused, kThreads}};
+  for (int threads : {1, kThreads}) {
+    const std::string name = std::string("suite/copy/") + (threads == 1 ? "copy_st" : "copy_mt");
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [threads](benchmark::State& st) { bm_copy(st, threads); })
+        ->Arg(int64_t{1} << 24)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   for (const Workload& w : workloads()) {
     for (const Variant& v : variants) {
       std::string name = "suite/" + w.name + "/" + v.name;

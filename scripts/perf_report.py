@@ -306,7 +306,7 @@ def section_suite(gb):
     threads = gb.context.get("bench_threads")
     for key, b in gb.runs.items():
         parts = key.split("/")
-        if len(parts) != 4 or parts[0] != "suite" or not parts[3].isdigit():
+        if len(parts) != 4 or parts[0] != "suite" or not parts[3].isdigit() or parts[1] == "copy":
             continue
         rows_by.setdefault((parts[1], int(parts[3])), {})[parts[2]] = b
 
@@ -366,7 +366,41 @@ def section_suite(gb):
                 f"{small_below['st']} (1t) and {small_below['mt']} (mt) are 4K launches, where "
                 f"DVM's fixed cost per call (argument checks, binding lookup, dispatch: ~0.3 µs) "
                 f"is as large as the loop's whole time."]
+    out += suite_bandwidth(gb, rows_by, order)
     return out
+
+
+def suite_bandwidth(gb, rows_by, order):
+    """At 16M elements: each workload's bandwidth (bytes read + written per second) against
+    the machine's copy bandwidth (suite/copy: memcpy over the same pool)."""
+    n = 1 << 24
+    copy = {v: gb.runs.get(f"suite/copy/copy_{v}/{n}") for v in ("st", "mt")}
+    bw = {v: (b or {}).get("bytes_per_second") for v, b in copy.items()}
+    if not bw["st"]:
+        return []
+    parts, low = [], {"st": [], "mt": []}
+    for wl in order:
+        r = rows_by.get((wl, n))
+        if not r:
+            continue
+        got = {}
+        for v in ("st", "mt"):
+            b = r.get(f"dvm_{v}") or {}
+            if b.get("bytes_per_second") and bw[v]:
+                got[v] = b["bytes_per_second"] / bw[v]
+                low[v].append((got[v], wl))
+        parts.append(f"{wl} {fmt(got.get('st'))}/{fmt(got.get('mt'))}")
+    mins = {v: min(low[v]) if low[v] else None for v in low}
+    above = {v: sum(1 for x, _ in low[v] if x >= 0.9) for v in low}
+    return ["", f"At 16M elements, DVM's bandwidth (bytes read + written per second) over the "
+            f"machine's copy bandwidth (memcpy over the same threads: "
+            f"{bw['st'] / 1e9:.1f} GB/s 1t, {(bw['mt'] or 0) / 1e9:.1f} GB/s mt), 1t/mt: "
+            + ", ".join(parts) + f". At ≥ 0.9: {above['st']} of {len(low['st'])} (1t), "
+            f"{above['mt']} of {len(low['mt'])} (mt); lowest "
+            + (f"{fmt(mins['st'][0])} ({mins['st'][1]}, 1t)" if mins["st"] else "-") + ", "
+            + (f"{fmt(mins['mt'][0])} ({mins['mt'][1]}, mt)" if mins["mt"] else "-")
+            + ". Target: ≥ 0.9 for memory-bound kernels (f16_gelu and the transcendental-heavy "
+            "rows are compute-bound on 2 cores)."]
 
 
 def gflops(b, counter):
