@@ -1273,6 +1273,27 @@ TEST(VmStreamStores, MatchReference) {
        {std::pair<int64_t, int64_t>{1, 16}, {7, 37}, {64, 64}, {300, 100}, {33, 4096}})
     check(k, {make_buffer(DType::kF32, {r, c}, rng), make_buffer(DType::kF32, {c}, rng)},
           {.tol = Tol::kReduce, .n = 2, .what = std::to_string(r) + "x" + std::to_string(c)});
+  // Loops of chains stream too: rotary's chain pair over the heads' halves, and a permute
+  // times a scale (chains of one member), at head sizes that leave rows unaligned.
+  for (auto [s, h, d] : std::vector<std::array<int64_t, 3>>{{5, 8, 64}, {7, 3, 36}, {300, 2, 32}}) {
+    KernelBuilder rb("streamed_loops");
+    Dim S = rb.symbol("S"), H = rb.symbol("H");
+    Value q = rb.load("q", DType::kF32, {S, H, d});
+    Value cs = rb.load("cos", DType::kF32, {S, 1, d});
+    Value sn = rb.load("sin", DType::kF32, {S, 1, d});
+    Value rot =
+        rb.concat({rb.unary(UnaryOp::kNeg, rb.slice(q, 2, d / 2, d)), rb.slice(q, 2, 0, d / 2)}, 2);
+    rb.store("rotary", rb.add(rb.mul(q, cs), rb.mul(rot, sn)));
+    rb.store("heads", rb.binary(BinaryOp::kMul, rb.permute(q, {1, 0, 2}), 0.125));
+    BUILD(rb, loops);
+    check(
+        loops,
+        {make_buffer(DType::kF32, {s, h, d}, rng), make_buffer(DType::kF32, {s, 1, d}, rng),
+         make_buffer(DType::kF32, {s, 1, d}, rng)},
+        {.tol = Tol::kReduce,
+         .n = 2,
+         .what = "loops " + std::to_string(s) + "x" + std::to_string(h) + "x" + std::to_string(d)});
+  }
   vm::set_stream_threshold_bytes(-1);
 }
 

@@ -82,6 +82,23 @@ struct ChainOperand {
   int es;       // element bytes: f32, or a load's or store's f16/bf16 memory
 };
 
+// Streaming stores on for one instruction's kernel calls (a memory destination of a launch
+// beyond the last-level cache), off again after.
+class StreamScope {
+ public:
+  explicit StreamScope(bool on) : on_(on) {
+    if (on_) cpu::set_stream_stores(true);
+  }
+  ~StreamScope() {
+    if (on_) cpu::set_stream_stores(false);
+  }
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  bool on_;
+};
+
 class BlockRunner {
  public:
   BlockRunner(const LoadedProgram& lp, const LaunchArgs& args, char* regs)
@@ -708,6 +725,7 @@ void BlockRunner::run_chain_pair(int32_t pc, const ChainOps& a, const ChainOps& 
 // instruction of the second chain.
 int32_t BlockRunner::exec_chain_pair(int32_t pc) {
   const int32_t next = pc + bc::chain_length(lp_.instrs[pc].aux) + 1;
+  const StreamScope stream(args_.stream_stores && lp_.chain_stream[pc] && lp_.chain_stream[next]);
   ChainOps a, b;
   prepare_chain(pc, -1, a);
   prepare_chain(next, -1, b);
@@ -953,6 +971,7 @@ void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
   constexpr int kMaxPrepared = 4;
   const int axis = lp_.instrs[pc].aux;
   const int32_t stop = lp_.loop_end[pc];
+  const StreamScope stream(args_.stream_stores && lp_.loop_stream[pc]);
   const int64_t batch = lp_.loop_batch[pc];
   ChainOps ops[kMaxPrepared];
   const int32_t second = pc + 2 + bc::chain_length(lp_.instrs[pc + 1].aux);
@@ -1156,23 +1175,6 @@ void BlockRunner::exec_argreduce(const Instr& in) {
   if (in.ctype == CType::kI32) argreduce_typed<int32_t>(op, rr, rc, v, idx, src, rows, cols, base);
   if (in.ctype == CType::kI64) argreduce_typed<int64_t>(op, rr, rc, v, idx, src, rows, cols, base);
 }
-
-// Streaming stores on for one instruction's kernel calls (a memory destination of a launch
-// beyond the last-level cache), off again after.
-class StreamScope {
- public:
-  explicit StreamScope(bool on) : on_(on) {
-    if (on_) cpu::set_stream_stores(true);
-  }
-  ~StreamScope() {
-    if (on_) cpu::set_stream_stores(false);
-  }
-  StreamScope(const StreamScope&) = delete;
-  StreamScope& operator=(const StreamScope&) = delete;
-
- private:
-  bool on_;
-};
 
 // Trips [begin, end - 1) of a loop planned as LoadedProgram::loop_col_reduce, each its
 // output row filled with the identity and the tile's rows accumulated into it in order, as
@@ -1984,6 +1986,7 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
     lp->map_reduce[i] = static_cast<int8_t>(map_reduce_pair(lp->instrs, i));
   }
   lp->loop_of_chains.assign(prog.num_instrs(), 0);
+  lp->loop_stream.assign(prog.num_instrs(), 0);
   lp->loop_batch.assign(prog.num_instrs(), 1);
   lp->loop_col_reduce.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i) {
@@ -1991,7 +1994,14 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
     // Trips of a tile axis change the active rows or columns: not batched.
     const bool tile_axis = prog.axes[lp->instrs[i].aux].tile != bc::AxisTile::kNone;
     lp->loop_of_chains[i] = !tile_axis && only_chains(*lp, i);
-    if (lp->loop_of_chains[i]) lp->loop_batch[i] = loop_batch(*lp, i);
+    if (lp->loop_of_chains[i]) {
+      lp->loop_batch[i] = loop_batch(*lp, i);
+      bool stream = true;
+      for (size_t c = i + 1; c < static_cast<size_t>(lp->loop_end[i]);
+           c += bc::chain_length(lp->instrs[c].aux) + 1)
+        stream = stream && lp->chain_stream[c];
+      lp->loop_stream[i] = stream;
+    }
     lp->loop_col_reduce[i] = !tile_axis && col_reduce_loop(*lp, i);
   }
   for (const bc::Axis& ax : prog.axes) {

@@ -90,6 +90,8 @@ struct LoadedProgram {
   std::vector<char> loop_of_chains;
   // Per loop of chains: the trips its chains take in turns, sized for L1.
   std::vector<int64_t> loop_batch;
+  // Per loop of chains: 1 when every chain of its body may stream (chain_stream).
+  std::vector<char> loop_stream;
   // Per Loop over an outer axis: 1 when its body is a column reduction of memory into one
   // f32 row stored to f32 memory (fill r.col; reduce r.col, m over rows; store m', r.col: a
   // sum over a middle axis). Its trips run back to back without the interpreter, each

@@ -179,13 +179,18 @@ HWY_INLINE void MulAddPairShared(DF d, const MulAddArgs& x, const MulAddArgs& y,
   float *xd = x.dst + k * rx.od, *yd = y.dst + k * ry.od;
   const float *xa = x.a + k * rx.oa, *xp = x.p + k * rx.oc;
   const float *ya = y.a + k * ry.oa, *yp = y.p + k * ry.oc;
+  const bool nt_ok = g_stream_stores;
+  const auto aligned = [N](const float* p) {
+    return reinterpret_cast<uintptr_t>(p) % (N * sizeof(float)) == 0;
+  };
   for (int64_t r = rx.rows; r > 0; --r) {
+    const bool ntx = nt_ok && aligned(xd), nty = nt_ok && aligned(yd);
     for (int v = 0; v < kV; ++v)
-      hn::StoreU(fx(hn::LoadU(d, xa + v * N), xb[v], hn::LoadU(d, xp + v * N), xq[v]), d,
-                 xd + v * N);
+      StoreMaybeNt(fx(hn::LoadU(d, xa + v * N), xb[v], hn::LoadU(d, xp + v * N), xq[v]), d,
+                   xd + v * N, ntx);
     for (int v = 0; v < kV; ++v)
-      hn::StoreU(fy(hn::LoadU(d, ya + v * N), yb[v], hn::LoadU(d, yp + v * N), yq[v]), d,
-                 yd + v * N);
+      StoreMaybeNt(fy(hn::LoadU(d, ya + v * N), yb[v], hn::LoadU(d, yp + v * N), yq[v]), d,
+                   yd + v * N, nty);
     xd += rx.d, xa += rx.a, xp += rx.c;
     yd += ry.d, ya += ry.a, yp += ry.c;
   }
