@@ -696,6 +696,7 @@ bool Emitter::tile_registers() const {
         const Operand* o = field(in, k);
         if ((used >> k & 1) && tile_reg(*o) && !is_local(o->index)) return true;
       }
+      if (in.d.kind != bc::OperandKind::kReg) continue;
       std::erase(local, static_cast<int>(in.d.index));  // redefined: the new value decides
       if (!tile_reg(in.d)) continue;
       if (m + 1 == len || bc::chain_reduce_op(in) || bc::chain_keeps(head.aux, m)) return true;
