@@ -95,6 +95,14 @@ HWY_INLINE void StoreMaybeNt(hn::Vec<D> v, D d, hn::TFromD<D>* p, bool nt) {
   }
 }
 
+// Does a row starting at `row` take streamed stores? set_stream_stores is on (`nt_ok`, read
+// once per call) and the row starts on a vector boundary, so every full vector of it is
+// aligned.
+template <class D>
+HWY_INLINE bool StreamRow(D d, bool nt_ok, const hn::TFromD<D>* row) {
+  return nt_ok && reinterpret_cast<uintptr_t>(row) % (hn::Lanes(d) * sizeof(*row)) == 0;
+}
+
 // Fills n elements with v (a broadcast row).
 template <typename T>
 HWY_INLINE void FillRow(T* dst, T v, int64_t n) {
@@ -173,7 +181,7 @@ HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
     const auto va = kA ? hn::Zero(da) : hn::Set(da, ar[0]);
     const auto vb = kB ? hn::Zero(da) : hn::Set(da, br[0]);
     int64_t i = 0;
-    const bool nt = nt_ok && reinterpret_cast<uintptr_t>(dr) % (N * sizeof(*dr)) == 0;
+    const bool nt = StreamRow(dout, nt_ok, dr);
     for (; i + 2 * N <= n; i += 2 * N) {  // two vectors: the next loads overlap this math
       const auto a0 = kA ? hn::LoadU(da, ar + i) : va;
       const auto a1 = kA ? hn::LoadU(da, ar + i + N) : va;
@@ -235,7 +243,7 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
     const auto lb = [&](int64_t i) { return kB ? hn::LoadU(d, br + i) : vb; };
     const auto lc = [&](int64_t i) { return kC ? hn::LoadU(d, cr + i) : vc; };
     int64_t i = 0;
-    const bool nt = nt_ok && reinterpret_cast<uintptr_t>(dr) % (N * sizeof(*dr)) == 0;
+    const bool nt = StreamRow(d, nt_ok, dr);
     for (; i + 2 * N <= n; i += 2 * N) {
       const auto r0 = f(hn::LoadU(d, ar + i), lb(i), lc(i));
       const auto r1 = f(hn::LoadU(d, ar + i + N), lb(i + N), lc(i + N));

@@ -180,11 +180,8 @@ HWY_INLINE void MulAddPairShared(DF d, const MulAddArgs& x, const MulAddArgs& y,
   const float *xa = x.a + k * rx.oa, *xp = x.p + k * rx.oc;
   const float *ya = y.a + k * ry.oa, *yp = y.p + k * ry.oc;
   const bool nt_ok = g_stream_stores;
-  const auto aligned = [N](const float* p) {
-    return reinterpret_cast<uintptr_t>(p) % (N * sizeof(float)) == 0;
-  };
   for (int64_t r = rx.rows; r > 0; --r) {
-    const bool ntx = nt_ok && aligned(xd), nty = nt_ok && aligned(yd);
+    const bool ntx = StreamRow(d, nt_ok, xd), nty = StreamRow(d, nt_ok, yd);
     for (int v = 0; v < kV; ++v)
       StoreMaybeNt(fx(hn::LoadU(d, xa + v * N), xb[v], hn::LoadU(d, xp + v * N), xq[v]), d,
                    xd + v * N, ntx);

@@ -378,6 +378,11 @@ HWY_INLINE hn::Vec<D> InterleaveUpper64(D d, hn::Vec<D> a, hn::Vec<D> b) {
 // vectors, then 4 x 4 blocks (128-bit) on x86; the edges copy element by element.
 void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
                   int64_t cols) {
+  // Element by element over columns [c_begin, c_end) x rows [r_begin, r_end): the edges.
+  const auto copy = [&](int64_t c_begin, int64_t c_end, int64_t r_begin, int64_t r_end) {
+    for (int64_t c = c_begin; c < c_end; ++c)
+      for (int64_t r = r_begin; r < r_end; ++r) dst[r * drs + c] = src[c * scs + r];
+  };
   int64_t r0 = 0, c0 = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   const hn::Full256<float> d8;
@@ -442,23 +447,17 @@ void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_
         hn::StoreU(iu64(t1, t3), d4, dst + (r + 3) * drs + c);
       }
     }
-    // The columns past cols4 of these rows, then the rows past rows4 of the blocked columns.
-    for (int64_t c = cols4; c < cols; ++c)
-      for (int64_t r = r0; r < rows4; ++r) dst[r * drs + c] = src[c * scs + r];
-    for (int64_t c = 0; c < c0; ++c)
-      for (int64_t r = rows4; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
-    for (int64_t c = c0; c < cols; ++c)
-      for (int64_t r = 0; r < r0; ++r) dst[r * drs + c] = src[c * scs + r];
-    for (int64_t c = c0; c < cols; ++c)
-      for (int64_t r = rows4; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+    // The columns past cols4 of these rows, the 8-row blocks' last columns, then every
+    // column of the rows past rows4.
+    copy(cols4, cols, r0, rows4);
+    copy(c0, cols, 0, r0);
+    copy(0, cols, rows4, rows);
     return;
   }
 #endif
   // The edges: the last rows of the blocked columns, then the last columns.
-  for (int64_t c = 0; c < c0; ++c)
-    for (int64_t r = r0; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
-  for (int64_t c = c0; c < cols; ++c)
-    for (int64_t r = 0; r < rows; ++r) dst[r * drs + c] = src[c * scs + r];
+  copy(0, c0, r0, rows);
+  copy(c0, cols, 0, rows);
 }
 
 int64_t TargetId() {
