@@ -333,7 +333,7 @@ Status Verifier::check_reduce_aux(const Instr& in) const {
   int op = static_cast<int>(aux_reduce_op(in.aux));
   if (op >= kNumReduceOps) return error("bad reduce op " + std::to_string(op));
   if (in.op == Opcode::kFill) return Status::ok();
-  bool arg = op == static_cast<int>(ReduceOp::kArgMax) || op == static_cast<int>(ReduceOp::kArgMin);
+  bool arg = ops::is_arg_reduce(static_cast<ReduceOp>(op));
   // The tile kernels implement Sum/Mean/Max/Min/Prod for Reduce, ArgMax/ArgMin for ArgReduce.
   if (arg != (in.op == Opcode::kArgReduce))
     return error(std::string("reduce op not valid for ") +

@@ -157,7 +157,7 @@ void Emitter::emit_reduce_begin(int i) {
   push(bc::Opcode::kFill, t, cls, bc::reduce_aux(op, false, false), acc);
   vreg_[i] = acc.index;
   operand_[i] = acc;
-  if (op == ReduceOp::kArgMax || op == ReduceOp::kArgMin) {
+  if (ops::is_arg_reduce(op)) {
     Operand idx = Operand::reg(new_vreg(), cls);
     push(bc::Opcode::kFill, CType::kI64, cls, bc::reduce_aux(ReduceOp::kSum, false, false), idx);
     acc_idx_[i] = idx.index;
@@ -182,7 +182,7 @@ void Emitter::emit_reduce_step(int i) {
     src = w;
   }
   Operand acc = Operand::reg(vreg_[i], class_of(i));
-  if (op == ReduceOp::kArgMax || op == ReduceOp::kArgMin) {
+  if (ops::is_arg_reduce(op)) {
     int axis = 0;
     for (int a = 0; a < static_cast<int>(L_.axes.size()); ++a)
       if (red >> a & 1) axis = a;
@@ -199,7 +199,7 @@ Operand Emitter::emit_reduce_end(int i) {
   ReduceOp op = def_.nodes[in.node].reduce_op();
   TileClass cls = class_of(i);
   Operand r = operand_[i];
-  if (op == ReduceOp::kArgMax || op == ReduceOp::kArgMin) {
+  if (ops::is_arg_reduce(op)) {
     r = Operand::reg(acc_idx_[i], cls);
   } else if (op == ReduceOp::kMean && !st_.partial) {
     int64_t count = 1;

@@ -450,7 +450,7 @@ Status Encoder::visit_reshape(int stage, int node, const NodeMap& map, int* inst
 bool Encoder::should_split(int stage, int node) const {
   const Node& n = def_.nodes[node];
   if (stages_[stage].partial) return false;
-  if (n.reduce_op() == ReduceOp::kArgMax || n.reduce_op() == ReduceOp::kArgMin) return false;
+  if (ops::is_arg_reduce(n.reduce_op())) return false;
   int64_t in = shape_of(b_, n.inputs[0]).numel(), out = shape_of(b_, node).numel();
   return out > 0 && in >= kSplitMinElems && out < kSplitParts;
 }
@@ -580,7 +580,7 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   }
   s2.has_reduce = true;
   s2.reduce_set = reduced;
-  bool arg = n.reduce_op() == ReduceOp::kArgMax || n.reduce_op() == ReduceOp::kArgMin;
+  bool arg = ops::is_arg_reduce(n.reduce_op());
   for (int a = 0; a < kMaxDomAxes; ++a) {
     if (reduced >> a & 1) {
       s2.axes[a].reduced = true;

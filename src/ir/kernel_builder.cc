@@ -6,6 +6,7 @@
 
 #include "ir/kernel_def.h"
 #include "ops/dtype_rules.h"
+#include "shape/shape_rules.h"
 
 namespace dvm {
 
@@ -114,24 +115,12 @@ Value KernelBuilder::Impl::cast_to(Value v, DType t) {
 // Numpy broadcasting on symbolic dims. Dims that are unequal symbols are checked at bind time.
 bool KernelBuilder::Impl::broadcast_shapes(const char* op, const std::vector<Dim>& a,
                                            const std::vector<Dim>& b, std::vector<Dim>* out) {
-  size_t r = std::max(a.size(), b.size());
-  out->assign(r, Dim(1));
-  for (size_t i = 0; i < r; ++i) {
-    Dim da = i < r - a.size() ? Dim(1) : a[i - (r - a.size())];
-    Dim db = i < r - b.size() ? Dim(1) : b[i - (r - b.size())];
-    if (da == db || db == Dim(1)) {
-      (*out)[i] = da;
-    } else if (da == Dim(1)) {
-      (*out)[i] = db;
-    } else if (!da.is_symbol() && !db.is_symbol()) {
-      fail(std::string(op) + ": cannot broadcast shapes " + dims_str(a) + " and " + dims_str(b) +
-           " (dim " + std::to_string(i) + ")");
-      return false;
-    } else {
-      (*out)[i] = da.is_symbol() ? db : da;  // a constant wins; symbols are checked at bind
-    }
-  }
-  return true;
+  int bad = shape::broadcast_dims(std::span<const Dim>(a), std::span<const Dim>(b), out,
+                                  shape::Unproven::kDefer);
+  if (bad < 0) return true;
+  fail(std::string(op) + ": cannot broadcast shapes " + dims_str(a) + " and " + dims_str(b) +
+       " (dim " + std::to_string(bad) + ")");
+  return false;
 }
 
 KernelBuilder::KernelBuilder(std::string name) : impl_(std::make_unique<Impl>()) {
@@ -275,20 +264,12 @@ Value KernelBuilder::cast(Value x, DType dtype) {
 Value KernelBuilder::broadcast(Value x, std::vector<Dim> dims) {
   if (!impl_->check_value(x, "broadcast")) return {};
   const auto& in = impl_->node(x).shape;
-  if (dims.size() < in.size() || dims.size() > static_cast<size_t>(kMaxRank)) {
+  int bad = shape::expand_dims(std::span<const Dim>(in), std::span<const Dim>(dims),
+                               shape::Unproven::kDefer);
+  if (bad >= 0 || dims.size() > static_cast<size_t>(kMaxRank)) {
     impl_->fail("broadcast: cannot broadcast " + impl_->dims_str(in) + " to " +
-                impl_->dims_str(dims));
+                impl_->dims_str(dims) + " (dim " + std::to_string(std::max(bad, 0)) + ")");
     return {};
-  }
-  size_t off = dims.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i) {
-    const Dim& d = in[i];
-    const Dim& t = dims[off + i];
-    if (!(d == t) && !(d == Dim(1)) && !d.is_symbol() && !t.is_symbol()) {
-      impl_->fail("broadcast: cannot broadcast " + impl_->dims_str(in) + " to " +
-                  impl_->dims_str(dims) + " (dim " + std::to_string(off + i) + ")");
-      return {};
-    }
   }
   ir::Node n;
   n.kind = ir::OpKind::kBroadcast;
@@ -300,12 +281,9 @@ Value KernelBuilder::broadcast(Value x, std::vector<Dim> dims) {
 
 Value KernelBuilder::reshape(Value x, std::vector<Dim> dims) {
   if (!impl_->check_value(x, "reshape")) return {};
-  int inferred = 0;
-  for (const Dim& d : dims) {
-    if (!d.is_symbol() && d.value() == -1) ++inferred;
-    if (!d.is_symbol() && d.value() < -1) impl_->fail("reshape: negative dim");
-  }
-  if (inferred > 1 || dims.size() > static_cast<size_t>(kMaxRank)) {
+  shape::ReshapeError e = shape::check_reshape_target(std::span<const Dim>(dims));
+  if (e == shape::ReshapeError::kNegativeDim) impl_->fail("reshape: negative dim");
+  if (e == shape::ReshapeError::kSeveralInferred || dims.size() > static_cast<size_t>(kMaxRank)) {
     impl_->fail("reshape: at most one -1 dim and rank <= 8 allowed, got " + impl_->dims_str(dims));
     return {};
   }
@@ -323,12 +301,7 @@ Value KernelBuilder::reshape(Value x, std::vector<Dim> dims) {
 Value KernelBuilder::permute(Value x, std::vector<int> perm) {
   if (!impl_->check_value(x, "permute")) return {};
   const auto& in = impl_->node(x).shape;
-  std::vector<int> seen(in.size(), 0);
-  bool valid = perm.size() == in.size();
-  for (int p : perm) {
-    if (!valid || p < 0 || p >= static_cast<int>(in.size()) || seen[p]++) valid = false;
-  }
-  if (!valid) {
+  if (!shape::normalize_permutation(std::span<int>(perm), static_cast<int>(in.size()))) {
     impl_->fail("permute: invalid permutation for shape " + impl_->dims_str(in));
     return {};
   }
@@ -346,9 +319,7 @@ Value KernelBuilder::permute(Value x, std::vector<int> perm) {
 Value KernelBuilder::transpose(Value x, int axis0, int axis1) {
   if (!impl_->check_value(x, "transpose")) return {};
   int r = rank(x);
-  if (axis0 < 0) axis0 += r;
-  if (axis1 < 0) axis1 += r;
-  if (axis0 < 0 || axis0 >= r || axis1 < 0 || axis1 >= r) {
+  if (!shape::normalize_axis(&axis0, r) || !shape::normalize_axis(&axis1, r)) {
     impl_->fail("transpose: axes out of range for rank " + std::to_string(r));
     return {};
   }
@@ -361,8 +332,7 @@ Value KernelBuilder::transpose(Value x, int axis0, int axis1) {
 Value KernelBuilder::slice(Value x, int axis, int64_t start, int64_t stop, int64_t step) {
   if (!impl_->check_value(x, "slice")) return {};
   int r = rank(x);
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r || step <= 0) {
+  if (!shape::normalize_axis(&axis, r) || step <= 0) {
     impl_->fail("slice: bad axis " + std::to_string(axis) + " or step " + std::to_string(step) +
                 " for shape " + impl_->dims_str(impl_->node(x).shape));
     return {};
@@ -375,13 +345,7 @@ Value KernelBuilder::slice(Value x, int axis, int64_t start, int64_t stop, int64
   n.shape = impl_->node(x).shape;
   const Dim& d = n.shape[axis];
   if (!d.is_symbol()) {
-    int64_t len = d.value();
-    auto clampi = [len](int64_t v) {
-      if (v < 0) v += len;
-      return std::clamp<int64_t>(v, 0, len);
-    };
-    int64_t s = clampi(start), e = clampi(stop == kSliceEnd ? len : stop);
-    n.shape[axis] = Dim(e > s ? (e - s + step - 1) / step : 0);
+    n.shape[axis] = Dim(shape::slice_dims(d.value(), start, stop, step).extent);
   } else {
     n.shape[axis] = Dim::symbol(d.symbol_id());  // extent resolved at bind time
   }
@@ -396,8 +360,7 @@ Value KernelBuilder::concat(std::vector<Value> xs, int axis) {
   for (Value v : xs)
     if (!impl_->check_value(v, "concat")) return {};
   int r = rank(xs[0]);
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) {
+  if (!shape::normalize_axis(&axis, r)) {
     impl_->fail("concat: axis out of range for rank " + std::to_string(r));
     return {};
   }
@@ -409,9 +372,12 @@ Value KernelBuilder::concat(std::vector<Value> xs, int axis) {
   n.attr = {axis};
   n.shape = impl_->node(xs[0]).shape;
   for (Value v : xs) {
-    if (rank(v) != r) {
-      impl_->fail("concat: rank mismatch " + impl_->dims_str(impl_->node(xs[0]).shape) + " vs " +
-                  impl_->dims_str(impl_->node(v).shape));
+    const std::vector<Dim>& first = impl_->node(xs[0]).shape;
+    const std::vector<Dim>& part = impl_->node(v).shape;
+    if (!shape::concat_fits(std::span<const Dim>(first), std::span<const Dim>(part), axis,
+                            shape::Unproven::kDefer)) {
+      impl_->fail("concat: shapes " + impl_->dims_str(first) + " and " + impl_->dims_str(part) +
+                  " differ off axis " + std::to_string(axis));
       return {};
     }
     n.inputs.push_back(impl_->cast_to(v, t).id);
@@ -433,56 +399,29 @@ Value KernelBuilder::concat(std::vector<Value> xs, int axis) {
 
 Value KernelBuilder::reduce(ReduceOp op, Value x, std::vector<int> axes, bool keepdims) {
   if (!impl_->check_value(x, reduce_op_name(op))) return {};
-  int r = rank(x);
-  if (axes.empty())
-    for (int i = 0; i < r; ++i) axes.push_back(i);
-  for (int& a : axes) {
-    if (a < 0) a += r;
-    if (a < 0 || a >= r) {
-      impl_->fail(std::string(reduce_op_name(op)) + ": axis out of range for shape " +
-                  impl_->dims_str(impl_->node(x).shape));
-      return {};
-    }
+  if (!shape::normalize_axes(&axes, rank(x))) {
+    impl_->fail(std::string(reduce_op_name(op)) + ": axis out of range for shape " +
+                impl_->dims_str(impl_->node(x).shape));
+    return {};
   }
-  std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  bool arg = op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
-  if (arg && axes.size() != 1) {
+  if (ops::is_arg_reduce(op) && axes.size() != 1) {
     impl_->fail(std::string(reduce_op_name(op)) + ": exactly one axis required");
     return {};
   }
+  // Bool and integer inputs compute in a wider dtype; max/min of bool cast back.
   DType in = impl_->node(x).dtype;
-  DType out = in;
-  if (op == ReduceOp::kMean && !is_float(in)) {
-    x = impl_->cast_to(x, DType::kF32);
-    out = DType::kF32;
-  } else if (in == DType::kBool && !arg) {
-    // sum/prod of bool count in i64 (as torch); max/min of bool compute as i32 then cast back
-    x = impl_->cast_to(x,
-                       op == ReduceOp::kSum || op == ReduceOp::kProd ? DType::kI64 : DType::kI32);
-    out = impl_->node(x).dtype;
-  }
+  x = impl_->cast_to(x, ops::reduce_compute_dtype(op, in));
   ir::Node n;
   n.kind = ir::OpKind::kReduce;
   n.op = static_cast<uint8_t>(op);
-  n.dtype = arg ? DType::kI64 : out;
+  n.dtype = ops::is_arg_reduce(op) ? DType::kI64 : impl_->node(x).dtype;
   n.keepdims = keepdims;
   n.inputs = {x.id};
-  const auto& in_shape = impl_->node(x).shape;
   for (int a : axes) n.attr.push_back(a);
-  for (int i = 0; i < r; ++i) {
-    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
-    if (!reduced) {
-      n.shape.push_back(in_shape[i]);
-    } else if (keepdims) {
-      n.shape.push_back(Dim(1));
-    }
-  }
+  shape::reduce_dims(std::span<const Dim>(impl_->node(x).shape), std::span<const int>(axes),
+                     keepdims, &n.shape);
   Value v = impl_->add(std::move(n));
-  if (in == DType::kBool && !arg && (op == ReduceOp::kMax || op == ReduceOp::kMin)) {
-    v = impl_->cast_to(v, DType::kBool);
-  }
-  return v;
+  return impl_->cast_to(v, ops::reduce_result_dtype(op, in));
 }
 
 Value KernelBuilder::matmul(Value a, Value b, bool transpose_a, bool transpose_b) {
@@ -491,17 +430,23 @@ Value KernelBuilder::matmul(Value a, Value b, bool transpose_a, bool transpose_b
   if (transpose_b && rank(b) >= 2) b = transpose(b, -1, -2);
   const auto& sa = impl_->node(a).shape;
   const auto& sb = impl_->node(b).shape;
-  if (sa.size() < 2 || sb.size() < 2 || sa.size() > 4 || sb.size() > 4) {
-    impl_->fail("matmul: operands must have rank 2 to 4 (at most two batch dims), got " +
-                impl_->dims_str(sa) + " and " + impl_->dims_str(sb));
-    return {};
-  }
-  const Dim& ka = sa[sa.size() - 1];
-  const Dim& kb = sb[sb.size() - 2];
-  if (!(ka == kb) && !ka.is_symbol() && !kb.is_symbol()) {
-    impl_->fail("matmul: contraction dims differ: " + impl_->dims_str(sa) + " x " +
-                impl_->dims_str(sb));
-    return {};
+  std::vector<Dim> out;
+  switch (shape::matmul_dims(std::span<const Dim>(sa), std::span<const Dim>(sb), false, false, &out,
+                             shape::Unproven::kDefer)) {
+    case shape::MatMulError::kNone:
+      break;
+    case shape::MatMulError::kRank:
+      impl_->fail("matmul: operands must have rank 2 to 4 (at most two batch dims), got " +
+                  impl_->dims_str(sa) + " and " + impl_->dims_str(sb));
+      return {};
+    case shape::MatMulError::kContraction:
+      impl_->fail("matmul: contraction dims differ: " + impl_->dims_str(sa) + " x " +
+                  impl_->dims_str(sb));
+      return {};
+    case shape::MatMulError::kBatch:
+      impl_->fail("matmul: cannot broadcast the batch dims of " + impl_->dims_str(sa) + " and " +
+                  impl_->dims_str(sb));
+      return {};
   }
   DType t = promote_types(impl_->node(a).dtype, impl_->node(b).dtype);
   if (!is_float(t)) {
@@ -510,15 +455,11 @@ Value KernelBuilder::matmul(Value a, Value b, bool transpose_a, bool transpose_b
   }
   a = impl_->cast_to(a, t);
   b = impl_->cast_to(b, t);
-  std::vector<Dim> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2), batch;
-  if (!impl_->broadcast_shapes("matmul", ba, bb, &batch)) return {};
   ir::Node n;
   n.kind = ir::OpKind::kMatMul;
   n.dtype = t;
   n.inputs = {a.id, b.id};
-  n.shape = batch;
-  n.shape.push_back(sa[sa.size() - 2]);
-  n.shape.push_back(sb[sb.size() - 1]);
+  n.shape = std::move(out);
   return impl_->add(std::move(n));
 }
 

@@ -74,6 +74,10 @@ struct CShape {
     for (int i = 0; i < rank; ++i) n *= d[i];
     return n;
   }
+  std::span<const int64_t> dims() const { return {d.data(), static_cast<size_t>(rank)}; }
+  // The container interface the shared shape rules build results with.
+  void clear() { rank = 0; }
+  void push_back(int64_t v) { d[rank++] = v; }
   bool operator==(const CShape& o) const {
     if (rank != o.rank) return false;
     for (int i = 0; i < rank; ++i)

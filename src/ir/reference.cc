@@ -455,7 +455,7 @@ RefValue reduce_dispatch(const ReducePlan& p, const RefValue& x) {
         using T = typename std::remove_cvref_t<decltype(xv)>::value_type;
         const bool exact_sum =
             p.op == ReduceOp::kSum || p.op == ReduceOp::kMean || p.op == ReduceOp::kProd;
-        if (p.op == ReduceOp::kArgMax || p.op == ReduceOp::kArgMin) return reduce_arg(p, xv);
+        if (ops::is_arg_reduce(p.op)) return reduce_arg(p, xv);
         if constexpr (std::is_same_v<T, float>) {
           if (exact_sum) return reduce_float_exact(p, xv);
         }
@@ -464,15 +464,10 @@ RefValue reduce_dispatch(const ReducePlan& p, const RefValue& x) {
       x.data);
 }
 
-bool needs_nonempty(ReduceOp op) {
-  return op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgMax ||
-         op == ReduceOp::kArgMin;
-}
-
 Status eval_reduce(const ir::KernelDef& def, int node, const RefValue& x, const CShape& shape,
                    RefValue* out) {
   const ReducePlan p = make_reduce_plan(def.nodes[node], x.shape);
-  if (p.count == 0 && needs_nonempty(p.op)) {
+  if (p.count == 0 && !ops::reduces_empty(p.op)) {
     return invalid_argument(def.name + ": op " + ir::node_label(def, node) + ": " +
                             reduce_op_name(p.op) + " over an empty axis of " + x.shape.to_string());
   }

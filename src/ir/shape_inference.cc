@@ -1,8 +1,11 @@
-// Binding symbols from input shapes and inferring every node's concrete shape.
+// Binding symbols from input shapes and inferring every node's concrete shape, by the shared
+// rules of src/shape/shape_rules.h (the kernel builder checked what it could without values).
 #include <algorithm>
 #include <sstream>
 
 #include "ir/kernel_def.h"
+#include "ops/op_traits.h"
+#include "shape/shape_rules.h"
 
 namespace dvm::ir {
 
@@ -74,36 +77,25 @@ int64_t eval_dim(const Binding& b, const Dim& d) {
 }
 
 Status broadcast_into(const KernelDef& def, int node, const CShape& in, CShape* out) {
-  int r = std::max(in.rank, out->rank);
-  CShape res;
-  res.rank = r;
-  for (int i = 0; i < r; ++i) {
-    int ia = i - (r - out->rank), ib = i - (r - in.rank);
-    int64_t a = ia >= 0 ? out->d[ia] : 1;
-    int64_t c = ib >= 0 ? in.d[ib] : 1;
-    if (a != c && a != 1 && c != 1) {
-      return invalid_argument(op_prefix(def, node) + ": cannot broadcast shapes " +
-                              shape_str(*out) + " and " + shape_str(in) + " (dim " +
-                              std::to_string(i) + ": " + std::to_string(a) + " vs " +
-                              std::to_string(c) + ")");
-    }
-    res.d[i] = a == 1 ? c : a;
-  }
-  *out = res;
-  return Status::ok();
+  const CShape prev = *out;
+  int bad = shape::broadcast_dims(prev.dims(), in.dims(), out, shape::Unproven::kFail);
+  if (bad < 0) return Status::ok();
+  return invalid_argument(op_prefix(def, node) + ": cannot broadcast shapes " + shape_str(prev) +
+                          " and " + shape_str(in) + " (dim " + std::to_string(bad) + ")");
+}
+
+void eval_dims(const Binding& b, const std::vector<Dim>& dims, CShape* out) {
+  out->clear();
+  for (const Dim& d : dims) out->push_back(eval_dim(b, d));
 }
 
 Status infer_broadcast_to(const KernelDef& def, int node, const Binding& b, CShape* out) {
   const Node& n = def.nodes[node];
   const CShape& in = b.shapes[n.inputs[0]];
-  out->rank = static_cast<int>(n.shape.size());
-  for (int i = 0; i < out->rank; ++i) out->d[i] = eval_dim(b, n.shape[i]);
-  int off = out->rank - in.rank;
-  for (int i = 0; i < in.rank; ++i) {
-    if (in.d[i] != 1 && in.d[i] != out->d[off + i]) {
-      return invalid_argument(op_prefix(def, node) + ": cannot broadcast " + shape_str(in) +
-                              " to " + shape_str(*out));
-    }
+  eval_dims(b, n.shape, out);
+  if (shape::expand_dims(in.dims(), out->dims(), shape::Unproven::kFail) >= 0) {
+    return invalid_argument(op_prefix(def, node) + ": cannot broadcast " + shape_str(in) + " to " +
+                            shape_str(*out));
   }
   return Status::ok();
 }
@@ -111,51 +103,32 @@ Status infer_broadcast_to(const KernelDef& def, int node, const Binding& b, CSha
 Status infer_reshape(const KernelDef& def, int node, const Binding& b, CShape* out) {
   const Node& n = def.nodes[node];
   const CShape& in = b.shapes[n.inputs[0]];
-  out->rank = static_cast<int>(n.shape.size());
-  int infer_at = -1;
-  int64_t known = 1;
-  for (int i = 0; i < out->rank; ++i) {
-    int64_t v = eval_dim(b, n.shape[i]);
-    if (!n.shape[i].is_symbol() && v == -1) {
-      infer_at = i;
-      continue;
-    }
-    out->d[i] = v;
-    known *= v;
-  }
+  eval_dims(b, n.shape, out);
+  const CShape target = *out;
   int64_t total = in.numel();
-  if (infer_at >= 0) {
-    if (known == 0 || total % known != 0) {
-      return invalid_argument(op_prefix(def, node) + ": cannot infer -1 reshaping " +
-                              shape_str(in) + " (" + std::to_string(total) + " elements)");
-    }
-    out->d[infer_at] = total / known;
-    known = total;
+  if (shape::resolve_reshape(total, std::span<int64_t>(out->d.data(), out->rank)) ==
+      shape::ReshapeError::kNone) {
+    return Status::ok();
   }
-  if (known != total) {
-    return invalid_argument(op_prefix(def, node) + ": reshape of " + shape_str(in) + " (" +
-                            std::to_string(total) + " elements) to " + shape_str(*out) + " (" +
-                            std::to_string(known) + " elements) does not preserve size");
-  }
-  return Status::ok();
+  return invalid_argument(op_prefix(def, node) + ": cannot reshape " + shape_str(in) + " (" +
+                          std::to_string(total) + " elements) to " + shape_str(target));
 }
 
 Status infer_concat(const KernelDef& def, int node, const Binding& b, CShape* out) {
   const Node& n = def.nodes[node];
   int axis = static_cast<int>(n.attr[0]);
-  *out = b.shapes[n.inputs[0]];
-  out->d[axis] = 0;
+  const CShape& first = b.shapes[n.inputs[0]];
+  int64_t total = 0;
   for (int in : n.inputs) {
     const CShape& s = b.shapes[in];
-    for (int i = 0; i < s.rank; ++i) {
-      if (i != axis && s.d[i] != out->d[i]) {
-        return invalid_argument(op_prefix(def, node) + ": concat inputs " +
-                                shape_str(b.shapes[n.inputs[0]]) + " and " + shape_str(s) +
-                                " differ in dim " + std::to_string(i));
-      }
+    if (!shape::concat_fits(first.dims(), s.dims(), axis, shape::Unproven::kFail)) {
+      return invalid_argument(op_prefix(def, node) + ": concat inputs " + shape_str(first) +
+                              " and " + shape_str(s) + " differ off axis " + std::to_string(axis));
     }
-    out->d[axis] += s.d[axis];
+    total += s.d[axis];
   }
+  *out = first;
+  out->d[axis] = total;
   return Status::ok();
 }
 
@@ -163,19 +136,25 @@ Status infer_matmul(const KernelDef& def, int node, const Binding& b, CShape* ou
   const Node& n = def.nodes[node];
   const CShape& a = b.shapes[n.inputs[0]];
   const CShape& c = b.shapes[n.inputs[1]];
-  if (a.d[a.rank - 1] != c.d[c.rank - 2]) {
-    return invalid_argument(op_prefix(def, node) + ": contraction dims differ: " + shape_str(a) +
-                            " x " + shape_str(c));
+  if (shape::matmul_dims(a.dims(), c.dims(), false, false, out, shape::Unproven::kFail) ==
+      shape::MatMulError::kNone) {
+    return Status::ok();
   }
-  CShape ba, bc;
-  ba.rank = a.rank - 2;
-  bc.rank = c.rank - 2;
-  for (int i = 0; i < ba.rank; ++i) ba.d[i] = a.d[i];
-  for (int i = 0; i < bc.rank; ++i) bc.d[i] = c.d[i];
-  *out = ba;
-  DVM_RETURN_IF_ERROR(broadcast_into(def, node, bc, out));
-  out->d[out->rank++] = a.d[a.rank - 2];
-  out->d[out->rank++] = c.d[c.rank - 1];
+  return invalid_argument(op_prefix(def, node) + ": cannot multiply " + shape_str(a) + " x " +
+                          shape_str(c));
+}
+
+Status infer_reduce(const KernelDef& def, int node, const Binding& b, CShape* out) {
+  const Node& n = def.nodes[node];
+  const CShape& in = b.shapes[n.inputs[0]];
+  if (!ops::reduces_empty(n.reduce_op())) {
+    for (int64_t axis : n.attr) {
+      if (in.d[axis] != 0) continue;
+      return invalid_argument(op_prefix(def, node) + ": " + reduce_op_name(n.reduce_op()) +
+                              " over empty axis " + std::to_string(axis) + " of " + shape_str(in));
+    }
+  }
+  shape::reduce_dims(in.dims(), std::span<const int64_t>(n.attr), n.keepdims, out);
   return Status::ok();
 }
 
@@ -183,8 +162,7 @@ Status infer_node(const KernelDef& def, int node, const Binding& b, CShape* out)
   const Node& n = def.nodes[node];
   switch (n.kind) {
     case OpKind::kLoad:
-      out->rank = static_cast<int>(n.shape.size());
-      for (int i = 0; i < out->rank; ++i) out->d[i] = eval_dim(b, n.shape[i]);
+      eval_dims(b, n.shape, out);
       return Status::ok();
     case OpKind::kParam:
     case OpKind::kConst:
@@ -221,24 +199,8 @@ Status infer_node(const KernelDef& def, int node, const Binding& b, CShape* out)
       return infer_concat(def, node, b, out);
     case OpKind::kMatMul:
       return infer_matmul(def, node, b, out);
-    case OpKind::kReduce: {
-      const CShape& in = b.shapes[n.inputs[0]];
-      out->rank = 0;
-      for (int i = 0; i < in.rank; ++i) {
-        bool red = std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end();
-        if (red && in.d[i] == 0 && n.reduce_op() != ReduceOp::kSum &&
-            n.reduce_op() != ReduceOp::kMean && n.reduce_op() != ReduceOp::kProd) {
-          return invalid_argument(op_prefix(def, node) + ": " + reduce_op_name(n.reduce_op()) +
-                                  " over empty axis " + std::to_string(i) + " of " + shape_str(in));
-        }
-        if (!red) {
-          out->d[out->rank++] = in.d[i];
-        } else if (n.keepdims) {
-          out->d[out->rank++] = 1;
-        }
-      }
-      return Status::ok();
-    }
+    case OpKind::kReduce:
+      return infer_reduce(def, node, b, out);
   }
   return internal_error("unknown op kind");
 }
@@ -246,18 +208,8 @@ Status infer_node(const KernelDef& def, int node, const Binding& b, CShape* out)
 }  // namespace
 
 SliceBounds slice_bounds(const Node& n, int64_t len) {
-  int64_t start = n.attr[1], stop = n.attr[2], step = n.attr[3];
-  auto clampi = [len](int64_t v) {
-    if (v == kSliceEnd) return len;
-    if (v < 0) v += len;
-    return std::clamp<int64_t>(v, 0, len);
-  };
-  SliceBounds s;
-  s.start = clampi(start);
-  int64_t e = clampi(stop);
-  s.step = step;
-  s.count = e > s.start ? (e - s.start + step - 1) / step : 0;
-  return s;
+  shape::SliceDims<int64_t> s = shape::slice_dims(len, n.attr[1], n.attr[2], n.attr[3]);
+  return SliceBounds{s.start, n.attr[3], s.extent};
 }
 
 std::string CShape::to_string() const {

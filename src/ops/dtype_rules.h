@@ -40,4 +40,22 @@ inline DType binary_result_dtype(BinaryOp op, DType a, DType b) {
   return returns_bool(op) ? DType::kBool : binary_operand_dtype(op, a, b);
 }
 
+// The dtype a reduction computes in for an input of dtype t: f32 for the mean of integers;
+// for bools (as torch) i64 counts for sum and prod, i32 for max and min.
+constexpr DType reduce_compute_dtype(ReduceOp op, DType t) {
+  if (op == ReduceOp::kMean && !is_float(t)) return DType::kF32;
+  if (t == DType::kBool && !is_arg_reduce(op)) {
+    return op == ReduceOp::kSum || op == ReduceOp::kProd ? DType::kI64 : DType::kI32;
+  }
+  return t;
+}
+
+// A reduction's result: i64 indices for the arg reductions, bool for max/min of bools, else
+// the dtype it computes in.
+constexpr DType reduce_result_dtype(ReduceOp op, DType t) {
+  if (is_arg_reduce(op)) return DType::kI64;
+  if (t == DType::kBool && (op == ReduceOp::kMax || op == ReduceOp::kMin)) return DType::kBool;
+  return reduce_compute_dtype(op, t);
+}
+
 }  // namespace dvm::ops

@@ -73,4 +73,14 @@ constexpr bool is_division(BinaryOp op) {
   return op == BinaryOp::kDiv || op == BinaryOp::kFloorDiv || op == BinaryOp::kRemainder;
 }
 
+// argmax/argmin: an i64 index along exactly one axis.
+constexpr bool is_arg_reduce(ReduceOp op) {
+  return op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
+}
+// Has a value over no elements (sum 0, mean NaN, prod 1); max, min and the arg reductions of
+// an empty axis are errors, as in torch.
+constexpr bool reduces_empty(ReduceOp op) {
+  return op == ReduceOp::kSum || op == ReduceOp::kMean || op == ReduceOp::kProd;
+}
+
 }  // namespace dvm::ops
