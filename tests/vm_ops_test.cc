@@ -1375,6 +1375,63 @@ int count_planned(const enc::EncodedKernel& ek, std::vector<char> vm::LoadedProg
   return n;
 }
 
+// A streamed launch of a multi-pass program queues the next block's input rows for
+// prefetching once a block's first pass over them has run (LoadedProgram::prefetch_descs,
+// prefetch_at; vm::block_prefetch): each block's span is exactly its rows of x, the last
+// block's short; nothing is queued for outputs, for a single-pass program, or for an input
+// read transposed. (Prefetches change no result: VmStreamStores runs these programs.)
+TEST(VmPrefetchQueue, QueuesEachBlocksRowsOfItsInputs) {
+  KernelBuilder kb("softmax");
+  Dim R = kb.symbol("R"), C = kb.symbol("C");
+  Value x = kb.load("x", DType::kF32, {R, C});
+  Value e = kb.unary(UnaryOp::kExp, kb.sub(x, kb.max(x, {-1}, true)));
+  kb.store("y", kb.div(e, kb.sum(e, {-1}, true)));
+  BUILD(kb, k);
+  std::mt19937 rng(59);
+  const int64_t rows = 1000, cols = 100;
+  Buffer xb = make_buffer(DType::kF32, {rows, cols}, rng);
+  Buffer yb = make_buffer(DType::kF32, {rows, cols}, rng);
+  TensorArg ins[] = {xb.arg}, outs[] = {yb.arg};
+  const enc::EncodedKernel ek = encode_for(k, ins, outs);
+  ASSERT_EQ(ek.programs.size(), 1u);
+  const auto lp = vm::load(ek.programs[0]);
+  ASSERT_EQ(lp->prefetch_descs.size(), 1u);  // x, not y
+  EXPECT_GT(lp->prefetch_at, 0);
+  const bc::Program& p = lp->program;
+  ASSERT_GE(lp->row_axis, 0);
+  const int64_t chunk = p.axes[lp->row_axis].chunk;
+  ASSERT_GT(p.grid, 2);  // several blocks, the last one short
+  ASSERT_NE(rows % chunk, 0);
+  void* slots[] = {xb.arg.data, yb.arg.data};
+  const char* base = static_cast<const char*>(xb.arg.data);
+  for (int64_t b = 0; b < p.grid; ++b) {
+    const vm::cpu::PrefetchQueue q = vm::block_prefetch(*lp, slots, b);
+    ASSERT_EQ(q.spans, 1);
+    const int64_t r0 = b * chunk, r1 = std::min(rows, r0 + chunk);
+    EXPECT_EQ(q.next[0], base + r0 * cols * 4) << "block " << b;
+    EXPECT_EQ(q.end[0], base + r1 * cols * 4) << "block " << b;
+  }
+  // One pass (silu(x) * g: a chain that reads and stores): no later pass would drain a queue.
+  KernelBuilder sb("silu_mul");
+  Dim N = sb.symbol("N");
+  sb.store("y", sb.mul(sb.unary(UnaryOp::kSilu, sb.load("a", DType::kF32, {N})),
+                       sb.load("b", DType::kF32, {N})));
+  BUILD(sb, single);
+  Buffer a = make_buffer(DType::kF32, {100000}, rng), bb = make_buffer(DType::kF32, {100000}, rng);
+  Buffer out = make_buffer(DType::kF32, {100000}, rng);
+  TensorArg sin[] = {a.arg, bb.arg}, sout[] = {out.arg};
+  for (const bc::Program& sp : encode_for(single, sin, sout).programs) {
+    const auto slp = vm::load(sp);
+    EXPECT_TRUE(slp->prefetch_descs.empty());
+    EXPECT_EQ(slp->prefetch_at, -1);
+  }
+  // x read transposed: its tile rows are not back to back.
+  Buffer xt = make_buffer(DType::kF32, {rows, cols}, rng, /*transposed=*/true);
+  TensorArg tin[] = {xt.arg};
+  for (const bc::Program& tp : encode_for(k, tin, outs).programs)
+    EXPECT_TRUE(vm::load(tp)->prefetch_descs.empty());
+}
+
 // Log-softmax's middle pass (x - max kept, exp, sum) runs as one map_reduce pass over whole
 // rows (LoadedProgram::chain_sum_exp, cpu::kRowSumExp): results against the reference for
 // short, long (several strips) and single-column rows (blocks of 256 rows), broadcast and

@@ -114,7 +114,9 @@ class BlockRunner {
     }
   }
 
-  void run(int64_t block);
+  // Runs block `block`; `next` >= 0: queues that block's memory for prefetching once this
+  // one's first pass over it has run (LoadedProgram::prefetch_at).
+  void run(int64_t block, int64_t next = -1);
 
  private:
   void set_axis(int axis, int64_t trip);
@@ -1203,7 +1205,11 @@ bool BlockRunner::exec_loop_col_reduce(int32_t pc, int64_t begin, int64_t end) {
   return true;
 }
 
-void BlockRunner::run(int64_t block) {
+void queue_block(const LoadedProgram& lp, const LaunchArgs& args, int64_t block) {
+  cpu::set_prefetch_queue(block_prefetch(lp, args.slots, block));
+}
+
+void BlockRunner::run(int64_t block, int64_t next) {
   // Decode the block id into one chunk per grid axis (first grid axis slowest).
   std::fill(std::begin(ivar_), std::end(ivar_), 0);
   std::copy(lp_.desc_offset.begin(), lp_.desc_offset.end(), desc_off_);
@@ -1220,6 +1226,10 @@ void BlockRunner::run(int64_t block) {
   const int32_t n = static_cast<int32_t>(lp_.instrs.size());
   for (int32_t pc = 0; pc < n; ++pc) {
     const Instr& in = lp_.instrs[pc];
+    if (next >= 0 && pc >= lp_.prefetch_at) {  // >=: a fused pair may step over it
+      queue_block(lp_, args_, next);
+      next = -1;
+    }
     switch (in.op) {
       case bc::Opcode::kLoop: {
         int64_t begin, end;
@@ -1411,12 +1421,45 @@ void set_small_tile_path(bool on) {
   g_small_tiles.store(on, std::memory_order_relaxed);
 }
 
+// The block's chunk of each grid axis (first grid axis slowest, as BlockRunner::run), then
+// each of lp.prefetch_descs' runs of whole rows from there.
+cpu::PrefetchQueue block_prefetch(const LoadedProgram& lp, void* const* slots, int64_t block) {
+  const bc::Program& p = lp.program;
+  const size_t na = p.axes.size();
+  int64_t start[bc::kMaxAxes] = {};
+  for (size_t a = na; a-- > 0;) {
+    const bc::Axis& ax = p.axes[a];
+    if (ax.iter != bc::AxisIter::kGrid) continue;
+    const int64_t trips = ax.trips();
+    start[a] = block % trips * ax.chunk;
+    block /= trips;
+  }
+  const auto active = [&](int axis) {
+    if (axis < 0) return int64_t{1};
+    const bc::Axis& ax = p.axes[axis];
+    return std::min(ax.chunk, ax.extent - start[axis]);
+  };
+  const int64_t elems = active(lp.row_axis) * active(lp.col_axis);
+  cpu::PrefetchQueue q;
+  for (int d : lp.prefetch_descs) {
+    int64_t off = lp.desc_offset[d];
+    for (size_t a = 0; a < na; ++a) off += start[a] * lp.desc_step[d * na + a];
+    const char* base = static_cast<const char*>(slots[lp.desc_slot[d]]) + off;
+    q.next[q.spans] = base;
+    q.end[q.spans] = base + elems * lp.desc_es[d];
+    ++q.spans;
+  }
+  return q;
+}
+
 void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, int64_t end) {
   const bc::Program& p = lp.program;
   char* regs = thread_registers(static_cast<size_t>(std::max(1, p.num_regs)) *
                                 static_cast<size_t>(p.reg_elems) * kRegElemBytes);
   BlockRunner runner(lp, args, regs);
-  for (int64_t b = begin; b < end; ++b) runner.run(b);
+  const bool queue = args.stream_stores && !lp.prefetch_descs.empty();
+  for (int64_t b = begin; b < end; ++b) runner.run(b, queue && b + 1 < end ? b + 1 : -1);
+  if (queue) cpu::clear_prefetch_queue();
   if (args.stream_stores) cpu::stream_fence();  // before the launch's barrier
 }
 
@@ -1915,6 +1958,51 @@ int64_t loop_batch(const LoadedProgram& lp, size_t pc) {
   return std::max<int64_t>(1, kLoopBatchBytes / std::max<int64_t>(1, bytes));
 }
 
+// LoadedProgram::prefetch_descs: a program without loops, one column tile (its rows whole),
+// and descriptors only read, each walking its tile's rows back to back.
+void plan_prefetch(LoadedProgram* lp) {
+  const bc::Program& prog = lp->program;
+  if (lp->col_axis < 0) return;
+  for (const bc::Axis& ax : prog.axes)
+    if (ax.iter == bc::AxisIter::kLoop) return;
+  const bc::Axis& col = prog.axes[lp->col_axis];
+  if (col.chunk < col.extent) return;
+  std::vector<char> read(prog.descs.size(), 0), written(prog.descs.size(), 0);
+  for (const bc::Instr& in : lp->instrs) {
+    if (in.d.kind == OperandKind::kDesc) written[in.d.index] = 1;
+    for (const Operand* o : {&in.a, &in.b, &in.c})
+      if (o->kind == OperandKind::kDesc) read[o->index] = 1;
+  }
+  std::vector<char> queued(prog.descs.size(), 0);
+  for (size_t d = 0; d < prog.descs.size(); ++d) {
+    const bool rows_back_to_back = lp->row_axis < 0 || lp->desc_rs[d] == col.extent;
+    if (read[d] && !written[d] && lp->desc_cs[d] == 1 && rows_back_to_back &&
+        lp->prefetch_descs.size() < cpu::PrefetchQueue::kMaxSpans) {
+      lp->prefetch_descs.push_back(static_cast<int>(d));
+      queued[d] = 1;
+    }
+  }
+  // The first top-level instruction (a chain with its body) reading a queued descriptor.
+  const auto reads_queued = [&](const bc::Instr& in) {
+    for (const Operand* o : {&in.a, &in.b, &in.c})
+      if (o->kind == OperandKind::kDesc && queued[o->index]) return true;
+    return false;
+  };
+  const int32_t n = static_cast<int32_t>(lp->instrs.size());
+  for (int32_t pc = 0; pc < n; ++pc) {
+    const int32_t last =
+        lp->instrs[pc].op == bc::Opcode::kChain ? pc + bc::chain_length(lp->instrs[pc].aux) : pc;
+    bool reads = false;
+    for (int32_t i = pc; i <= last; ++i) reads = reads || reads_queued(lp->instrs[i]);
+    if (reads) {
+      if (last + 1 < n) lp->prefetch_at = last + 1;  // else no later pass would drain it
+      break;
+    }
+    pc = last;
+  }
+  if (lp->prefetch_at < 0) lp->prefetch_descs.clear();
+}
+
 std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   auto lp = std::make_shared<LoadedProgram>();
   lp->program = std::move(p);
@@ -1977,6 +2065,7 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
                           lp->instrs[last].d.kind == OperandKind::kDesc;
     i = last;
   }
+  plan_prefetch(lp.get());
   lp->map_reduce.assign(prog.num_instrs(), 0);
   for (size_t i = 0; i < prog.num_instrs(); ++i) {
     if (lp->instrs[i].op == bc::Opcode::kChain) {

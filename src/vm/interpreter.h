@@ -9,6 +9,7 @@
 
 #include "bytecode/format.h"
 #include "bytecode/target.h"
+#include "vm/cpu/tile_kernels.h"
 
 namespace dvm::vm {
 
@@ -97,7 +98,18 @@ struct LoadedProgram {
   // sum over a middle axis). Its trips run back to back without the interpreter, each
   // accumulating straight into its output row (the same kernel and order: the same bits).
   std::vector<char> loop_col_reduce;
+  // Descriptors whose tile is one contiguous run that the program only reads, in a program
+  // with no loops (a block is one tile): a streamed launch queues the next block's runs of
+  // them for prefetching (cpu::PrefetchQueue) once the block's first pass over them (a chain
+  // with its body) has run, before the instruction at `prefetch_at`, so that the later passes,
+  // which read the block from the caches, drain it. Empty when that pass is the last.
+  std::vector<int> prefetch_descs;
+  int32_t prefetch_at = -1;
 };
+
+// The memory block `block` of a launch over `slots` reads through lp.prefetch_descs: what a
+// streamed launch queues for prefetching while the block before it runs.
+cpu::PrefetchQueue block_prefetch(const LoadedProgram& lp, void* const* slots, int64_t block);
 
 // Decodes a verified program for the interpreter (loop pairs, tile axes, work estimate).
 std::shared_ptr<const LoadedProgram> load(bc::Program program);

@@ -27,6 +27,8 @@ namespace dvm::vm::cpu {
 // set_stream_stores' flag, read once per driver call. (Not initial-exec: the Python module is
 // loaded with dlopen after torch, whose libraries leave no static TLS space for it.)
 extern thread_local bool g_stream_stores;
+extern thread_local PrefetchQueue g_prefetch;
+
 }  // namespace dvm::vm::cpu
 
 HWY_BEFORE_NAMESPACE();
@@ -84,6 +86,28 @@ HWY_INLINE void StoreTail(hn::Vec<D> v, D d, hn::TFromD<D>* p, int64_t m) {
   for (int64_t k = 0; k < m; ++k) p[k] = buf[k];
 #endif
 }
+
+// A driver call's view of g_prefetch (thread-locals are read once per call): Step() prefetches
+// the queue's next line, if any; the destructor writes back what is left.
+class PrefetchDrain {
+ public:
+  PrefetchDrain() : q_(g_prefetch) {}
+  ~PrefetchDrain() {
+    if (q_.spans != 0) g_prefetch = q_;
+  }
+  PrefetchDrain(const PrefetchDrain&) = delete;
+  PrefetchDrain& operator=(const PrefetchDrain&) = delete;
+  void Step() {
+    if (q_.first == q_.spans) return;
+    const char*& p = q_.next[q_.first];
+    __builtin_prefetch(p, 0, 2);  // prefetcht1: to L2, not L1, where this block's rows live
+    p += 64;
+    if (p >= q_.end[q_.first] && ++q_.first == q_.spans) q_.first = q_.spans = 0;
+  }
+
+ private:
+  PrefetchQueue q_;
+};
 
 // A full vector to memory: streamed around the caches (nt: set_stream_stores is on and the
 // row starts on a vector boundary, so every full vector of it is aligned) or stored.
@@ -157,6 +181,7 @@ HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
   using TO = hn::TFromD<DO>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(da));
   const bool ahead = g_stream_stores;
+  PrefetchDrain queue;
   for (int64_t r = 0; r < rs.rows; ++r) {
     TO* dr = dst + r * rs.d;
     const hn::TFromD<DA>* ar = a + r * rs.a;
@@ -169,6 +194,7 @@ HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
     int64_t i = 0;
     for (; i + 2 * N <= n; i += 2 * N) {
       if (ahead) PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
+      queue.Step();
       const auto x0 = hn::LoadU(da, ar + i);
       const auto x1 = hn::LoadU(da, ar + i + N);
       hn::StoreU(f(x0), dout, dr + i);
@@ -202,6 +228,7 @@ HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, const hn::TFromD<DA>* b, int64_t n, F f) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(da));
   const bool nt_ok = g_stream_stores;
+  PrefetchDrain queue;
   for (int64_t r = 0; r < rs.rows; ++r) {
     hn::TFromD<DO>* dr = dst + r * rs.d;
     const hn::TFromD<DA>* ar = a + r * rs.a;
@@ -215,6 +242,7 @@ HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
         if (kA) PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
         if (kB) PrefetchAhead(br, i, 2 * N, RunLength(rs.b, r, rs.rows, n));
       }
+      queue.Step();
       const auto a0 = kA ? hn::LoadU(da, ar + i) : va;
       const auto a1 = kA ? hn::LoadU(da, ar + i + N) : va;
       const auto b0 = kB ? hn::LoadU(da, br + i) : vb;
@@ -267,6 +295,7 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
                          const hn::TFromD<D>* b, const hn::TFromD<D>* c, int64_t n, F f) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const bool nt_ok = g_stream_stores;
+  PrefetchDrain queue;
   for (int64_t r = 0; r < rs.rows; ++r) {
     hn::TFromD<D>* dr = dst + r * rs.d;
     const hn::TFromD<D>*ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
@@ -282,6 +311,7 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
         if (kB) PrefetchAhead(br, i, 2 * N, RunLength(rs.b, r, rs.rows, n));
         if (kC) PrefetchAhead(cr, i, 2 * N, RunLength(rs.c, r, rs.rows, n));
       }
+      queue.Step();
       const auto r0 = f(hn::LoadU(d, ar + i), lb(i), lc(i));
       const auto r1 = f(hn::LoadU(d, ar + i + N), lb(i + N), lc(i + N));
       StoreMaybeNt(r0, d, dr + i, nt);

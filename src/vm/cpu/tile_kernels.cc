@@ -41,6 +41,15 @@ void set_stream_stores(bool on) {
   g_stream_stores = on;
 }
 
+thread_local PrefetchQueue g_prefetch;
+
+void set_prefetch_queue(const PrefetchQueue& q) {
+  g_prefetch = q;
+}
+void clear_prefetch_queue() {
+  g_prefetch.spans = g_prefetch.first = 0;
+}
+
 void stream_fence() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_sfence();

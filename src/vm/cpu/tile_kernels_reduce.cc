@@ -57,7 +57,7 @@ HWY_INLINE float FoldMin(DF d, VF v) {
 // to the identity, then `fold` (vector -> float). `f` combines vectors.
 template <class F, class Fold>
 HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float identity, F f,
-                              Fold fold) {
+                              Fold fold, PrefetchDrain& queue) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF id = hn::Set(d, identity);
   const VF bcast = hn::Set(d, a[0]);
@@ -65,6 +65,7 @@ HWY_INLINE float ReduceRowVec(DF d, const float* a, int ainc, int64_t n, float i
   VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
   int64_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
+    queue.Step();
     acc0 = f(acc0, load(i));
     acc1 = f(acc1, load(i + N));
     acc2 = f(acc2, load(i + 2 * N));
@@ -84,10 +85,11 @@ void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, in
   if (n <= 0) return;
   const DF d;
   const float id = reduce_identity<float>(op);
+  PrefetchDrain queue;
   const auto run = [&](auto f, auto fold) {
     for (int64_t r = 0; r < rs.rows; ++r) {
       float* ar = acc + r * rs.d;
-      *ar = reduce_combine_f32(op, *ar, ReduceRowVec(d, a + r * rs.a, ainc, n, id, f, fold));
+      *ar = reduce_combine_f32(op, *ar, ReduceRowVec(d, a + r * rs.a, ainc, n, id, f, fold, queue));
     }
   };
   switch (op) {
@@ -111,7 +113,7 @@ void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, in
 // FMAs, bound this loop).
 template <bool kSquare>
 HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const float* b, int binc,
-                          int64_t n) {
+                          int64_t n, PrefetchDrain& queue) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF ba = hn::Set(d, a[0]), bb = hn::Set(d, b[0]);
   const auto la = [&](int64_t i) { return ainc ? hn::LoadU(d, a + i) : ba; };
@@ -123,6 +125,7 @@ HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const floa
   VF acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
   int64_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
+    queue.Step();
     acc0 = sq(la(i), i, acc0);
     acc1 = sq(la(i + N), i + N, acc1);
     acc2 = sq(la(i + 2 * N), i + 2 * N, acc2);
@@ -143,13 +146,14 @@ HWY_INLINE void DotRowOne(DF d, float* acc, const float* a, int ainc, const floa
 void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
   if (n <= 0) return;
   const DF d;
+  PrefetchDrain queue;
   if (a == b && ainc == binc && rs.a == rs.b) {  // a sum of squares: each vector loaded once
     for (int64_t r = 0; r < rs.rows; ++r)
-      DotRowOne<true>(d, acc + r * rs.d, a + r * rs.a, ainc, a + r * rs.a, ainc, n);
+      DotRowOne<true>(d, acc + r * rs.d, a + r * rs.a, ainc, a + r * rs.a, ainc, n, queue);
     return;
   }
   for (int64_t r = 0; r < rs.rows; ++r)
-    DotRowOne<false>(d, acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
+    DotRowOne<false>(d, acc + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n, queue);
 }
 
 // A map and the row reduction of its result in one pass (cpu::map_reduce_f32_rows): y = f(a,
@@ -162,12 +166,14 @@ template <class Row, class Step, class Merge, class Tail, class Fold>
 HWY_INLINE void MapReduceGrid(DF d, const Rows& rs, float* dst, int64_t n, float* out, VF id,
                               Row row, Step step, Merge merge, Tail tail, Fold fold) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  PrefetchDrain queue;
   for (int64_t r = 0; r < rs.rows; ++r) {
     float* dr = dst + r * rs.d;
     const auto y = row(r);
     VF acc0 = id, acc1 = id, acc2 = id, acc3 = id;
     int64_t i = 0;
     for (; i + 4 * N <= n; i += 4 * N) {
+      queue.Step();
       const VF y0 = y(i, -1), y1 = y(i + N, -1), y2 = y(i + 2 * N, -1), y3 = y(i + 3 * N, -1);
       hn::StoreU(y0, d, dr + i);
       hn::StoreU(y1, d, dr + i + N);
