@@ -1967,11 +1967,19 @@ void plan_prefetch(LoadedProgram* lp) {
     if (ax.iter == bc::AxisIter::kLoop) return;
   const bc::Axis& col = prog.axes[lp->col_axis];
   if (col.chunk < col.extent) return;
-  std::vector<char> read(prog.descs.size(), 0), written(prog.descs.size(), 0);
+  // Every field naming a descriptor counts, used by the op or not (the verifier checks only
+  // the fields an op uses, so an unused one may hold anything: indices are bounds-checked).
+  // A stray mark only drops a descriptor from the plan or prefetches one the program does not
+  // read; a prefetch reads nothing.
+  const size_t nd = prog.descs.size();
+  std::vector<char> read(nd, 0), written(nd, 0);
+  const auto desc = [nd](const Operand& o) { return o.kind == OperandKind::kDesc && o.index < nd; };
   for (const bc::Instr& in : lp->instrs) {
-    if (in.d.kind == OperandKind::kDesc) written[in.d.index] = 1;
+    if (in.op == bc::Opcode::kLoop || in.op == bc::Opcode::kEndLoop || in.op == bc::Opcode::kChain)
+      continue;
+    if (desc(in.d)) written[in.d.index] = 1;
     for (const Operand* o : {&in.a, &in.b, &in.c})
-      if (o->kind == OperandKind::kDesc) read[o->index] = 1;
+      if (desc(*o)) read[o->index] = 1;
   }
   std::vector<char> queued(prog.descs.size(), 0);
   for (size_t d = 0; d < prog.descs.size(); ++d) {
@@ -1985,13 +1993,14 @@ void plan_prefetch(LoadedProgram* lp) {
   // The first top-level instruction (a chain with its body) reading a queued descriptor.
   const auto reads_queued = [&](const bc::Instr& in) {
     for (const Operand* o : {&in.a, &in.b, &in.c})
-      if (o->kind == OperandKind::kDesc && queued[o->index]) return true;
+      if (desc(*o) && queued[o->index]) return true;
     return false;
   };
   const int32_t n = static_cast<int32_t>(lp->instrs.size());
   for (int32_t pc = 0; pc < n; ++pc) {
-    const int32_t last =
-        lp->instrs[pc].op == bc::Opcode::kChain ? pc + bc::chain_length(lp->instrs[pc].aux) : pc;
+    const int32_t last = lp->instrs[pc].op == bc::Opcode::kChain
+                             ? std::min(n - 1, pc + bc::chain_length(lp->instrs[pc].aux))
+                             : pc;
     bool reads = false;
     for (int32_t i = pc; i <= last; ++i) reads = reads || reads_queued(lp->instrs[i]);
     if (reads) {
