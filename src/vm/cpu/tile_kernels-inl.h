@@ -26,8 +26,8 @@
 namespace dvm::vm::cpu {
 // set_stream_stores' flag, read once per driver call. (Not initial-exec: the Python module is
 // loaded with dlopen after torch, whose libraries leave no static TLS space for it.)
-extern thread_local bool g_stream_stores;
-extern thread_local PrefetchQueue g_prefetch;
+extern constinit thread_local bool g_stream_stores;
+extern constinit thread_local PrefetchQueue g_prefetch;
 
 }  // namespace dvm::vm::cpu
 
@@ -88,10 +88,15 @@ HWY_INLINE void StoreTail(hn::Vec<D> v, D d, hn::TFromD<D>* p, int64_t m) {
 }
 
 // A driver call's view of g_prefetch (thread-locals are read once per call): Step() prefetches
-// the queue's next line, if any; the destructor writes back what is left.
+// the queue's next line, if any; the destructor writes back what is left. Only the drivers'
+// prefetching variants (kAhead, chosen per call by Prefetching()) hold one: the loops of
+// launches that neither stream nor queue stay as tight as without it (a branch in them cost
+// 4K-64K launches 10-40%).
 class PrefetchDrain {
  public:
-  PrefetchDrain() : q_(g_prefetch) {}
+  explicit PrefetchDrain(bool on) {
+    if (on) q_ = g_prefetch;
+  }
   ~PrefetchDrain() {
     if (q_.spans != 0) g_prefetch = q_;
   }
@@ -153,6 +158,11 @@ HWY_INLINE void PrefetchAhead(const T* row, int64_t i, int64_t n, int64_t len) {
   for (int64_t k = 0; k < n; k += kLine) hwy::Prefetch(row + i + kPrefetchAhead<T> + k);
 }
 
+// Does this driver call prefetch (its launch streams, or a next block is queued)?
+HWY_INLINE bool Prefetching() {
+  return g_stream_stores || g_prefetch.spans != 0;
+}
+
 // Fills n elements with v (a broadcast row).
 template <typename T>
 HWY_INLINE void FillRow(T* dst, T v, int64_t n) {
@@ -175,13 +185,13 @@ HWY_INLINE void FlattenRows(const Rows& rs, const int64_t (&strides)[K], int (&i
   *n *= rs.rows;
 }
 
-template <bool kA, class DO, class DA, class F>
+template <bool kA, bool kAhead, class DO, class DA, class F>
 HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, int64_t n, F f) {
   using TO = hn::TFromD<DO>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(da));
-  const bool ahead = g_stream_stores;
-  PrefetchDrain queue;
+  const bool ahead = kAhead && g_stream_stores;
+  PrefetchDrain queue(kAhead);
   for (int64_t r = 0; r < rs.rows; ++r) {
     TO* dr = dst + r * rs.d;
     const hn::TFromD<DA>* ar = a + r * rs.a;
@@ -193,8 +203,10 @@ HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
     }
     int64_t i = 0;
     for (; i + 2 * N <= n; i += 2 * N) {
-      if (ahead) PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
-      queue.Step();
+      if constexpr (kAhead) {
+        if (ahead) PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
+        queue.Step();
+      }
       const auto x0 = hn::LoadU(da, ar + i);
       const auto x1 = hn::LoadU(da, ar + i + N);
       hn::StoreU(f(x0), dout, dr + i);
@@ -209,26 +221,40 @@ HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
 }
 
 // Map1 over a block of rows; one run of rows * n elements when the rows are back to back.
-template <class DO, class DA, class F>
-HWY_INLINE void Map1Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
-                         const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
+template <bool kAhead, class DO, class DA, class F>
+HWY_INLINE void Map1RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                             const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
   if (n <= 0 || rs.rows <= 0) return;
   int inc[1] = {ainc};
   Rows g;
   FlattenRows(rs, {rs.a}, inc, &g, &n);
   if (inc[0]) {
-    Map1Grid<true>(dout, da, g, dst, a, n, f);
+    Map1Grid<true, kAhead>(dout, da, g, dst, a, n, f);
   } else {
-    Map1Grid<false>(dout, da, g, dst, a, n, f);
+    Map1Grid<false, false>(dout, da, g, dst, a, n, f);
   }
 }
+// The prefetching variants, kept out of line: inlined, their code made the compiler stop
+// inlining the plain drivers into their kernels (a call per kernel call: 4K launches 16% more
+// instructions).
+template <class DO, class DA, class F>
+HWY_NOINLINE void Map1RowsAhead(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                                const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
+  Map1RowsImpl<true>(dout, da, rs, dst, a, ainc, n, f);
+}
+template <class DO, class DA, class F>
+HWY_INLINE void Map1Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
+  if (Prefetching()) return Map1RowsAhead(dout, da, rs, dst, a, ainc, n, f);
+  Map1RowsImpl<false>(dout, da, rs, dst, a, ainc, n, f);
+}
 
-template <bool kA, bool kB, class DO, class DA, class F>
+template <bool kA, bool kB, bool kAhead, class DO, class DA, class F>
 HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, const hn::TFromD<DA>* b, int64_t n, F f) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(da));
   const bool nt_ok = g_stream_stores;
-  PrefetchDrain queue;
+  PrefetchDrain queue(kAhead);
   for (int64_t r = 0; r < rs.rows; ++r) {
     hn::TFromD<DO>* dr = dst + r * rs.d;
     const hn::TFromD<DA>* ar = a + r * rs.a;
@@ -238,11 +264,13 @@ HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
     int64_t i = 0;
     const bool nt = StreamRow(dout, nt_ok, dr);
     for (; i + 2 * N <= n; i += 2 * N) {  // two vectors: the next loads overlap this math
-      if (nt_ok) {
-        if (kA) PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
-        if (kB) PrefetchAhead(br, i, 2 * N, RunLength(rs.b, r, rs.rows, n));
+      if constexpr (kAhead) {
+        if (nt_ok) {
+          if (kA) PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
+          if (kB) PrefetchAhead(br, i, 2 * N, RunLength(rs.b, r, rs.rows, n));
+        }
+        queue.Step();
       }
-      queue.Step();
       const auto a0 = kA ? hn::LoadU(da, ar + i) : va;
       const auto a1 = kA ? hn::LoadU(da, ar + i + N) : va;
       const auto b0 = kB ? hn::LoadU(da, br + i) : vb;
@@ -264,10 +292,10 @@ HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
 
 // Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back. The
 // kernels' single call site of the drivers (each op's math is inlined once per variant).
-template <class DO, class DA, class F>
-HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
-                         const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
-                         int64_t n, F f) {
+template <bool kAhead, class DO, class DA, class F>
+HWY_INLINE void Map2RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                             const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
+                             int64_t n, F f) {
   using TO = hn::TFromD<DO>;
   if (n <= 0 || rs.rows <= 0) return;
   int inc[2] = {ainc, binc};
@@ -275,11 +303,11 @@ HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
   FlattenRows(rs, {rs.a, rs.b}, inc, &g, &n);
   const int fa = inc[0], fb = inc[1];
   if (fa && fb) {
-    Map2Grid<true, true>(dout, da, g, dst, a, b, n, f);
+    Map2Grid<true, true, kAhead>(dout, da, g, dst, a, b, n, f);
   } else if (fa) {
-    Map2Grid<true, false>(dout, da, g, dst, a, b, n, f);
+    Map2Grid<true, false, kAhead>(dout, da, g, dst, a, b, n, f);
   } else if (fb) {
-    Map2Grid<false, true>(dout, da, g, dst, a, b, n, f);
+    Map2Grid<false, true, kAhead>(dout, da, g, dst, a, b, n, f);
   } else {  // both broadcast: one evaluation per row
     HWY_ALIGN TO out[kMaxLanes];
     for (int64_t r = 0; r < g.rows; ++r) {
@@ -289,13 +317,27 @@ HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
   }
 }
 
+template <class DO, class DA, class F>
+HWY_NOINLINE void Map2RowsAhead(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                                const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b,
+                                int binc, int64_t n, F f) {
+  Map2RowsImpl<true>(dout, da, rs, dst, a, ainc, b, binc, n, f);
+}
+template <class DO, class DA, class F>
+HWY_INLINE void Map2Rows(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                         const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
+                         int64_t n, F f) {
+  if (Prefetching()) return Map2RowsAhead(dout, da, rs, dst, a, ainc, b, binc, n, f);
+  Map2RowsImpl<false>(dout, da, rs, dst, a, ainc, b, binc, n, f);
+}
+
 // Map3 over a block of rows with a contiguous and b, c contiguous (kB, kC) or broadcast.
-template <bool kB, bool kC, class D, class F>
+template <bool kB, bool kC, bool kAhead, class D, class F>
 HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
                          const hn::TFromD<D>* b, const hn::TFromD<D>* c, int64_t n, F f) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const bool nt_ok = g_stream_stores;
-  PrefetchDrain queue;
+  PrefetchDrain queue(kAhead);
   for (int64_t r = 0; r < rs.rows; ++r) {
     hn::TFromD<D>* dr = dst + r * rs.d;
     const hn::TFromD<D>*ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;
@@ -306,12 +348,14 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
     int64_t i = 0;
     const bool nt = StreamRow(d, nt_ok, dr);
     for (; i + 2 * N <= n; i += 2 * N) {
-      if (nt_ok) {
-        PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
-        if (kB) PrefetchAhead(br, i, 2 * N, RunLength(rs.b, r, rs.rows, n));
-        if (kC) PrefetchAhead(cr, i, 2 * N, RunLength(rs.c, r, rs.rows, n));
+      if constexpr (kAhead) {
+        if (nt_ok) {
+          PrefetchAhead(ar, i, 2 * N, RunLength(rs.a, r, rs.rows, n));
+          if (kB) PrefetchAhead(br, i, 2 * N, RunLength(rs.b, r, rs.rows, n));
+          if (kC) PrefetchAhead(cr, i, 2 * N, RunLength(rs.c, r, rs.rows, n));
+        }
+        queue.Step();
       }
-      queue.Step();
       const auto r0 = f(hn::LoadU(d, ar + i), lb(i), lc(i));
       const auto r1 = f(hn::LoadU(d, ar + i + N), lb(i + N), lc(i + N));
       StoreMaybeNt(r0, d, dr + i, nt);
@@ -333,20 +377,20 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
 // Three sources of one lane type T (fma: all f32; select: cond reinterpreted as T), over a
 // block of rows: a contiguous source a gets a loop specialised for b and c contiguous or
 // broadcast (Map3Grid); a broadcast a (rare) picks its sources per vector.
-template <class D, class F>
-HWY_INLINE void Map3Rows(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
-                         const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc,
-                         int64_t n, F f) {
+template <bool kAhead, class D, class F>
+HWY_INLINE void Map3RowsImpl(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
+                             int ainc, const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c,
+                             int cinc, int64_t n, F f) {
   using T = hn::TFromD<D>;
   if (n <= 0 || rs.rows <= 0) return;
   int inc[3] = {ainc, binc, cinc};
   Rows g;
   FlattenRows(rs, {rs.a, rs.b, rs.c}, inc, &g, &n);
   const int fa = inc[0], fb = inc[1], fc = inc[2];
-  if (fa && fb && fc) return Map3Grid<true, true>(d, g, dst, a, b, c, n, f);
-  if (fa && fb) return Map3Grid<true, false>(d, g, dst, a, b, c, n, f);
-  if (fa && fc) return Map3Grid<false, true>(d, g, dst, a, b, c, n, f);
-  if (fa) return Map3Grid<false, false>(d, g, dst, a, b, c, n, f);
+  if (fa && fb && fc) return Map3Grid<true, true, kAhead>(d, g, dst, a, b, c, n, f);
+  if (fa && fb) return Map3Grid<true, false, kAhead>(d, g, dst, a, b, c, n, f);
+  if (fa && fc) return Map3Grid<false, true, kAhead>(d, g, dst, a, b, c, n, f);
+  if (fa) return Map3Grid<false, false, kAhead>(d, g, dst, a, b, c, n, f);
   // a broadcast (rare): each source picked per vector
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t r = 0; r < g.rows; ++r) {
@@ -360,6 +404,20 @@ HWY_INLINE void Map3Rows(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
       StoreTail(f(ba, vb, vc), d, dr + i, m);
     }
   }
+}
+
+template <class D, class F>
+HWY_NOINLINE void Map3RowsAhead(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
+                                int ainc, const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c,
+                                int cinc, int64_t n, F f) {
+  Map3RowsImpl<true>(d, rs, dst, a, ainc, b, binc, c, cinc, n, f);
+}
+template <class D, class F>
+HWY_INLINE void Map3Rows(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
+                         const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc,
+                         int64_t n, F f) {
+  if (Prefetching()) return Map3RowsAhead(d, rs, dst, a, ainc, b, binc, c, cinc, n, f);
+  Map3RowsImpl<false>(d, rs, dst, a, ainc, b, binc, c, cinc, n, f);
 }
 
 // ------------------------------------------------------------------------------------------

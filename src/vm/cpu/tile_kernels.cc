@@ -35,13 +35,13 @@
 #if HWY_ONCE
 namespace dvm::vm::cpu {
 
-thread_local bool g_stream_stores = false;
+constinit thread_local bool g_stream_stores = false;
 
 void set_stream_stores(bool on) {
   g_stream_stores = on;
 }
 
-thread_local PrefetchQueue g_prefetch;
+constinit thread_local PrefetchQueue g_prefetch;
 
 void set_prefetch_queue(const PrefetchQueue& q) {
   g_prefetch = q;
