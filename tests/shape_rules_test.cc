@@ -160,6 +160,20 @@ TEST(ShapeRules, ZeroDimSourcesAreRefusedNotIndexed) {
   Vec<int64_t> indexed{{{}, {1}}, {DType::kF32, DType::kI64}};
   OpSite<int64_t> select{GraphOp::kIndexSelect, 0, &axis, false, &ints, &bounds, DType::kF32};
   EXPECT_FALSE(infer_op(indexed, select, &shape, &dtype).is_ok());
+  // Reducing a 0-d value: its one axis (0 or -1) or none, nothing left to reduce over (the
+  // kernel builder refuses axis 0 of a rank-0 value); any other axis is an error.
+  for (std::vector<int64_t> red : {std::vector<int64_t>{}, {0}, {-1}}) {
+    OpSite<int64_t> sum{
+        GraphOp::kReduce, static_cast<int>(ReduceOp::kSum), &axis, false, &red, &bounds,
+        DType::kF32};
+    ASSERT_TRUE(infer_op(scalar, sum, &shape, &dtype).is_ok());
+    EXPECT_TRUE(red.empty());
+    EXPECT_TRUE(shape.empty());
+  }
+  std::vector<int64_t> bad{1};
+  OpSite<int64_t> sum1{
+      GraphOp::kReduce, static_cast<int>(ReduceOp::kSum), &axis, false, &bad, &bounds, DType::kF32};
+  EXPECT_FALSE(infer_op(scalar, sum1, &shape, &dtype).is_ok());
   // A -1 in a new leading dim of an expand has nothing to keep.
   IShape target{-1, 3};
   Vec<int64_t> row{{{3}}, {DType::kF32}};

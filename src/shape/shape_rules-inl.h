@@ -30,7 +30,13 @@ inline Status axis(int rank, int* a) {
 }
 
 inline Status axes(int rank, std::vector<int64_t>* a) {
-  if (normalize_axes(a, std::max(rank, 1))) return Status::ok();
+  if (rank == 0) {  // a scalar's one axis, 0 or -1, as in torch: nothing to reduce over
+    for (int64_t x : *a)
+      if (x != 0 && x != -1) return error("axis " + std::to_string(x) + " out of range for rank 0");
+    a->clear();
+    return Status::ok();
+  }
+  if (normalize_axes(a, rank)) return Status::ok();
   return error("axes out of range for rank " + std::to_string(rank));
 }
 
