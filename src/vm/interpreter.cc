@@ -1205,29 +1205,32 @@ bool BlockRunner::exec_loop_col_reduce(int32_t pc, int64_t begin, int64_t end) {
   return true;
 }
 
-void queue_block(const LoadedProgram& lp, const LaunchArgs& args, int64_t block) {
-  cpu::set_prefetch_queue(block_prefetch(lp, args.slots, block));
+// Decodes a block id into its trip of each grid axis (first grid axis slowest); other axes 0.
+void grid_trips(const bc::Program& p, int64_t block, int64_t (&trip)[bc::kMaxAxes]) {
+  for (size_t a = p.axes.size(); a-- > 0;) {
+    trip[a] = 0;
+    if (p.axes[a].iter != bc::AxisIter::kGrid) continue;
+    const int64_t trips = p.axes[a].trips();
+    trip[a] = block % trips;
+    block /= trips;
+  }
 }
 
 void BlockRunner::run(int64_t block, int64_t next) {
-  // Decode the block id into one chunk per grid axis (first grid axis slowest).
   std::fill(std::begin(ivar_), std::end(ivar_), 0);
   std::copy(lp_.desc_offset.begin(), lp_.desc_offset.end(), desc_off_);
   active_rows_ = active_cols_ = 1;
-  for (int a = static_cast<int>(p_.axes.size()) - 1; a >= 0; --a) {
-    const bc::Axis& ax = p_.axes[a];
-    if (ax.iter != bc::AxisIter::kGrid) continue;
-    int64_t trips = ax.trips();
-    set_axis(a, block % trips);
-    block /= trips;
-  }
+  int64_t trip[bc::kMaxAxes];
+  grid_trips(p_, block, trip);
+  for (size_t a = p_.axes.size(); a-- > 0;)
+    if (p_.axes[a].iter == bc::AxisIter::kGrid) set_axis(static_cast<int>(a), trip[a]);
   Frame stack[bc::kMaxAxes];
   int depth = 0;
   const int32_t n = static_cast<int32_t>(lp_.instrs.size());
   for (int32_t pc = 0; pc < n; ++pc) {
     const Instr& in = lp_.instrs[pc];
     if (next >= 0 && pc >= lp_.prefetch_at) {  // >=: a fused pair may step over it
-      queue_block(lp_, args_, next);
+      cpu::set_prefetch_queue(block_prefetch(lp_, args_.slots, next));
       next = -1;
     }
     switch (in.op) {
@@ -1426,14 +1429,9 @@ void set_small_tile_path(bool on) {
 cpu::PrefetchQueue block_prefetch(const LoadedProgram& lp, void* const* slots, int64_t block) {
   const bc::Program& p = lp.program;
   const size_t na = p.axes.size();
-  int64_t start[bc::kMaxAxes] = {};
-  for (size_t a = na; a-- > 0;) {
-    const bc::Axis& ax = p.axes[a];
-    if (ax.iter != bc::AxisIter::kGrid) continue;
-    const int64_t trips = ax.trips();
-    start[a] = block % trips * ax.chunk;
-    block /= trips;
-  }
+  int64_t start[bc::kMaxAxes];
+  grid_trips(p, block, start);
+  for (size_t a = 0; a < na; ++a) start[a] *= p.axes[a].chunk;
   const auto active = [&](int axis) {
     if (axis < 0) return int64_t{1};
     const bc::Axis& ax = p.axes[axis];
@@ -1981,8 +1979,8 @@ void plan_prefetch(LoadedProgram* lp) {
     for (const Operand* o : {&in.a, &in.b, &in.c})
       if (desc(*o)) read[o->index] = 1;
   }
-  std::vector<char> queued(prog.descs.size(), 0);
-  for (size_t d = 0; d < prog.descs.size(); ++d) {
+  std::vector<char> queued(nd, 0);
+  for (size_t d = 0; d < nd; ++d) {
     const bool rows_back_to_back = lp->row_axis < 0 || lp->desc_rs[d] == col.extent;
     if (read[d] && !written[d] && lp->desc_cs[d] == 1 && rows_back_to_back &&
         lp->prefetch_descs.size() < cpu::PrefetchQueue::kMaxSpans) {

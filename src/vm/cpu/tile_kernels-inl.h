@@ -94,11 +94,11 @@ HWY_INLINE void StoreTail(hn::Vec<D> v, D d, hn::TFromD<D>* p, int64_t m) {
 // 4K-64K launches 10-40%).
 class PrefetchDrain {
  public:
-  explicit PrefetchDrain(bool on) {
+  explicit PrefetchDrain(bool on) : on_(on) {
     if (on) q_ = g_prefetch;
   }
   ~PrefetchDrain() {
-    if (q_.spans != 0) g_prefetch = q_;
+    if (on_) g_prefetch = q_;  // an exhausted queue too, or the next call would redo it
   }
   PrefetchDrain(const PrefetchDrain&) = delete;
   PrefetchDrain& operator=(const PrefetchDrain&) = delete;
@@ -111,6 +111,7 @@ class PrefetchDrain {
   }
 
  private:
+  bool on_;
   PrefetchQueue q_;
 };
 
