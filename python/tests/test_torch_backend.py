@@ -293,6 +293,29 @@ def test_symint_inputs():
     assert dynamo_graphs() == 1
 
 
+@pytest.mark.allow_fallback("a negative int argument cannot be bound through a carrier input: "
+                            "those calls run the partition's ATen code (the point)",
+                            kinds=("runtime",))
+def test_negative_int_arguments_run_in_pytorch(caplog):
+    """An int argument that is a value rather than a size (index_add's alpha, a fill value)
+    reaches DVM as a symbol bound through a carrier input, a stride-0 view with that many
+    elements. A negative value cannot be bound so: the call runs the ATen code (found by the
+    OpInfo sweep: expand(-1) kept size 1 and bound alpha = -1 as 1; expand(-5) raised)."""
+
+    def f(x, y, alpha):
+        return x + y * alpha
+
+    compiled = torch.compile(f, backend="dvm", dynamic=True)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    with caplog.at_level(logging.DEBUG, logger="dvm.torch_backend"):
+        for alpha in (3, -1, -5, 7):
+            torch.testing.assert_close(compiled(x, y, alpha), f(x, y, alpha))
+    st = tb.stats()
+    assert st.get("partitions_run", 0) == dynamo_graphs() == 1
+    assert st.get("runtime_fallbacks", 0) == 2
+    assert "symbol value -1 is negative" in caplog.text
+
+
 @pytest.mark.allow_fallback("the grad-mode graph's backward is compiled (and would run) in "
                              "PyTorch", kinds=("backward",))
 def test_inference_graphs_skip_aot_autograd():

@@ -21,6 +21,7 @@ Two ways down to ATen:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import gc
 import itertools
@@ -28,6 +29,7 @@ import sys
 
 import torch
 from functorch.compile import make_boxed_func
+from torch._dispatch.python import enable_python_dispatcher
 from torch._dynamo.backends.common import aot_autograd
 
 from .partition import partition_and_compile, single_partition_call
@@ -152,13 +154,17 @@ def _compile_inference(gm, example_inputs, name, freeze):
     fm, fakes = _fake_inputs(example_inputs)
     if fm is None:
         return None
-    with fm:
+    # As AOTAutograd traces with symbolic shapes: under the Python dispatcher, so that meta
+    # functions written in Python (meta_addbmm's expand of SymInt sizes) run instead of C++
+    # kernels that require concrete sizes.
+    dispatch = enable_python_dispatcher if fm.shape_env is not None else contextlib.nullcontext
+    with fm, dispatch():
         g = make_fx(gm, decomposition_table=decompositions())(*fakes)
     why = _functional_without_input_aliases(g)
     if why is not None and why.endswith("mutates"):
         # In-place ops on intermediates (T5's `scores += position_bias`) are functionalized
         # away; a write to an input survives as a copy_ into it and keeps AOTAutograd's path.
-        with fm:
+        with fm, dispatch():
             g = make_fx(torch.func.functionalize(gm, remove="mutations"),
                         decomposition_table=decompositions())(*fakes)
         why = _functional_without_input_aliases(g)

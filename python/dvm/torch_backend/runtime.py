@@ -67,8 +67,18 @@ def release_output_cache(budget_bytes: int = -1) -> None:
         _release_output_cache(int(budget_bytes))
 
 
+class CarrierRangeError(ValueError):
+    """A symbol value that no carrier can bind: a carrier binds its symbol as a dim (>= 0)."""
+
+
 def carrier(n) -> torch.Tensor:
-    return _CARRIER.expand(int(n))
+    n = int(n)
+    if n < 0:
+        # expand(-1) would keep the size 1, binding the symbol to 1 instead of -1 (a silently
+        # wrong result: x + y * alpha with alpha = -1 as a dynamic int); expand(-5) raises
+        raise CarrierRangeError(f"symbol value {n} is negative: a carrier input binds a symbol "
+                                "as a dimension (>= 0)")
+    return _CARRIER.expand(n)
 
 
 class DvmPartition(torch.nn.Module):
@@ -147,7 +157,10 @@ class DvmPartition(torch.nn.Module):
                 return self._fall_back(args, e)
             self._mark_ran()
             return tuple(outs) if self.tuple_out else outs[0]
-        ins = self._inputs(args)
+        try:
+            ins = self._inputs(args)
+        except CarrierRangeError as e:
+            return self._fall_back(args, e)
         try:
             if ins:
                 outs = self._exe_call(*ins)
