@@ -146,6 +146,25 @@ TEST(Reference, IntegerFloorDivAndRemainderRoundTowardNegativeInfinity) {
   EXPECT_EQ(q0, std::vector<int32_t>(6, 9));
 }
 
+// Only what the outputs depend on is computed, as on the VM (whose encoder drops dead
+// nodes): a division by zero no output needs is no error. Found by fuzz/fuzz_kernel.cc.
+TEST(Reference, DeadIntegerDivisionByZeroIsNoError) {
+  KernelBuilder kb("dead_div");
+  Value a = kb.load("a", DType::kI32, {3});
+  Value b = kb.load("b", DType::kI32, {3});
+  kb.binary(BinaryOp::kRemainder, a, b);  // dead
+  kb.store("y", kb.binary(BinaryOp::kAdd, a, b));
+  BUILD_OR_FAIL(k, kb);
+  std::vector<int32_t> av = {1, 2, 3}, bv = {0, 1, 0}, y(3, 9), y_vm(3, 9);
+  EXPECT_OK(run(k, {view(av, {3}), view(bv, {3})}, {view(y, {3})}));
+  EXPECT_EQ(y, (std::vector<int32_t>{1, 3, 3}));
+  auto ck = CompiledKernel::create(k);
+  ASSERT_TRUE(ck.is_ok());
+  std::vector<TensorArg> in = {view(av, {3}), view(bv, {3})}, out = {view(y_vm, {3})};
+  EXPECT_OK((*ck)->run(in, out));
+  EXPECT_EQ(y_vm, y);
+}
+
 TEST(Reference, PredicatesAndBoolInputs) {
   KernelBuilder kb("pred");
   Value x = kb.load("x", DType::kF32, {4});

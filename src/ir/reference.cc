@@ -700,16 +700,26 @@ int64_t RefValue::as_int(int64_t i) const {
 
 Status evaluate_reference(const ir::KernelDef& def, const ir::Binding& binding,
                           std::span<const TensorArg> inputs, std::span<const ScalarArg> params,
-                          std::vector<RefValue>* values) {
+                          std::vector<RefValue>* values, bool outputs_only) {
   if (binding.shapes.size() != def.nodes.size() || inputs.size() != def.input_nodes.size() ||
       params.size() != def.param_names.size()) {
     return invalid_argument(def.name + ": binding, inputs or params do not match the kernel");
+  }
+  // Nodes come in topological order: a node's operands precede it.
+  std::vector<bool> live(def.nodes.size(), !outputs_only);
+  for (const auto& out : def.outputs) live[out.node] = true;
+  for (size_t i = def.nodes.size(); i-- > 0;) {
+    if (!live[i]) continue;
+    for (int operand : def.nodes[i].inputs) live[operand] = true;
   }
   values->clear();
   values->reserve(def.nodes.size());
   for (size_t i = 0; i < def.nodes.size(); ++i) {
     RefValue v;
-    DVM_RETURN_IF_ERROR(eval_node(def, static_cast<int>(i), binding, inputs, params, *values, &v));
+    if (live[i]) {
+      DVM_RETURN_IF_ERROR(
+          eval_node(def, static_cast<int>(i), binding, inputs, params, *values, &v));
+    }
     values->push_back(std::move(v));
   }
   return Status::ok();
@@ -724,7 +734,8 @@ Status run_reference(const Kernel& kernel, std::span<const TensorArg> inputs,
   DVM_RETURN_IF_ERROR(ir::bind_shapes(def, inputs, &binding));
   DVM_RETURN_IF_ERROR(ir::check_args(def, binding, inputs, outputs, params));
   std::vector<ir::RefValue> values;
-  DVM_RETURN_IF_ERROR(ir::evaluate_reference(def, binding, inputs, params, &values));
+  DVM_RETURN_IF_ERROR(ir::evaluate_reference(def, binding, inputs, params, &values,
+                                             /*outputs_only=*/true));
   for (size_t k = 0; k < outputs.size(); ++k) {
     ir::store_output(values[def.outputs[k].node], outputs[k]);
   }

@@ -35,9 +35,11 @@ struct RefValue {
 
 // Computes every node of `def` for shapes already bound by ir::bind_shapes (the caller
 // checks the arguments first). On success values->at(n) holds node n's value; on error
-// (e.g. max over an empty axis) the Status names the node.
+// (e.g. max over an empty axis) the Status names the node. With `outputs_only`, only the nodes
+// the outputs depend on are computed (the others stay empty), as the VM computes them: a dead
+// integer division by zero is no error.
 Status evaluate_reference(const ir::KernelDef& def, const ir::Binding& binding,
                           std::span<const TensorArg> inputs, std::span<const ScalarArg> params,
-                          std::vector<RefValue>* values);
+                          std::vector<RefValue>* values, bool outputs_only = false);
 
 }  // namespace dvm::ir

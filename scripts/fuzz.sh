@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of DVM with libFuzzer (clang), under ASan/UBSan.
+#   scripts/fuzz.sh [seconds per target (default 600)] [targets... (default: graph kernel sym)]
+# Builds build-fuzz with clang (installing clang and its runtime libraries from Debian when
+# missing), then runs each target for the given time on both cores, growing its corpus in
+# build-fuzz/corpus-<target> (seeded from fuzz/corpus/<target>; copy new inputs worth keeping
+# back there). Crashing inputs are left as build-fuzz/crash-*; the script then fails.
+# CI runs the same targets without libFuzzer (fuzz/standalone_main.cc) for a bounded time.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SECONDS_PER_TARGET="${1:-600}"
+shift || true
+TARGETS=("$@")
+[ "${#TARGETS[@]}" -gt 0 ] || TARGETS=(graph kernel sym)
+
+bash "$ROOT/scripts/setup.sh"
+missing=()
+for pkg in clang libclang-rt-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||
+    missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=()
+  [ "$(id -u)" -eq 0 ] || SUDO=(sudo -n)
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends "${missing[@]}"
+fi
+
+BUILD="$ROOT/build-fuzz"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_COMPILER=clang -DDVM_SANITIZE=ON -DDVM_LIBFUZZER=ON -DDVM_BUILD_TESTS=OFF \
+  -DDVM_BUILD_BENCHMARKS=OFF -DDVM_BUILD_TOOLS=OFF
+cmake --build "$BUILD" -j "${DVM_JOBS:-2}" --target "${TARGETS[@]/#/fuzz_}"
+
+status=0
+for t in "${TARGETS[@]}"; do
+  corpus="$BUILD/corpus-$t"
+  mkdir -p "$corpus"
+  echo "fuzz: $t for ${SECONDS_PER_TARGET} s"
+  (cd "$BUILD" && "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" \
+    -jobs="${DVM_JOBS:-2}" -workers="${DVM_JOBS:-2}" -print_final_stats=1 \
+    "$corpus" "$ROOT/fuzz/corpus/$t" > "$BUILD/fuzz-$t.log" 2>&1) || status=1
+  grep -h 'stat::number_of_executed_units' "$BUILD"/fuzz-*.log "$BUILD"/fuzz-"$t"*.log \
+    2>/dev/null | awk -v t="$t" '{s += $2} END {print "fuzz: " t ": " s " executions"}' || true
+done
+ls "$BUILD"/crash-* 2>/dev/null && status=1
+exit "$status"
