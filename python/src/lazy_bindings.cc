@@ -80,6 +80,17 @@ void set_storage(lz::Tensor& t, nb::handle array) {
   raise_if_error(t.set_storage(c.args[0], gil_safe(std::move(c.keep))));
 }
 
+// Flushes the trace that holds `t` (any thread's), without the GIL: its owner may be waiting
+// for the GIL while holding its trace.
+void wait_for(const lz::Tensor& t) {
+  Status st;
+  {
+    nb::gil_scoped_release release;
+    st = t.data().status();
+  }
+  raise_if_error(st);
+}
+
 nb::object to_numpy(const lz::Tensor& t) {
   raise_if_error(t.status());
   nb::object np = nb::module_::import_("numpy");
@@ -145,6 +156,7 @@ void bind_tensor(nb::module_& m) {
       .def_prop_ro("defined", &T::defined)
       .def("same_as", &T::same_as)
       .def("numpy", &to_numpy, "Flushes if pending; returns a copy as a numpy array.")
+      .def("wait", &wait_for, "Flushes the trace holding this value (of any thread) if pending.")
       .def("copy_into", &copy_into, nb::arg("array"))
       .def("item", [](const T& t) { return value_or_raise(t.item()); })
       .def("to_string", &T::to_string, nb::arg("max_elements") = 64)

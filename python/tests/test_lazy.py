@@ -593,3 +593,84 @@ def test_reads_that_bypass_the_dispatcher_flush_in_every_mode_entry():
             assert "8." in repr(w)
         for n, f in originals.items():
             assert torch.Tensor.__dict__.get(n) is f
+
+
+# ---------------------------------------------------------------------------------------------
+# Pending values seen from other threads, through their storage, pickled and copied
+
+
+def test_thread_started_after_recording_reads_filled_memory():
+    import threading
+
+    x = torch.randn(4, 8)
+    got = {}
+    with torch.no_grad(), L():
+        y = torch.relu(x) * 2
+        t = threading.Thread(target=lambda: got.setdefault("y", y.clone()))  # ATen, no mode
+        t.start()
+        t.join()
+    torch.testing.assert_close(got["y"], torch.relu(x) * 2, rtol=0, atol=0)
+
+
+def test_other_thread_observing_a_pending_value_flushes_its_owner():
+    import threading
+
+    x = torch.randn(5, 3)
+    ready, done = threading.Event(), threading.Event()
+    box, got = {}, {}
+
+    def reader():  # started before the value exists: only its own read can flush
+        ready.wait()
+        got["np"] = box["y"].numpy().copy()
+        done.set()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    with torch.no_grad(), L():
+        box["y"] = torch.sigmoid(x) + 1
+        assert L.stats().flushes == 0
+        ready.set()
+        assert done.wait(30)
+        np.testing.assert_allclose(got["np"], (torch.sigmoid(x) + 1).numpy(), rtol=1e-6)
+    t.join()
+
+
+def test_untyped_storage_of_a_pending_value_is_filled():
+    x = torch.randn(4, 8)
+    with torch.no_grad(), L():
+        z = torch.tanh(x) + 1
+        raw = bytes(z.untyped_storage())
+    want = torch.tanh(x) + 1
+    torch.testing.assert_close(torch.frombuffer(bytearray(raw), dtype=torch.float32).view(4, 8),
+                               want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "torch.save"])
+def test_lazy_results_pickle_copy_and_save(how, inside):
+    import copy
+    import io
+    import pickle
+
+    def roundtrip(t):
+        if how == "pickle":
+            return pickle.loads(pickle.dumps(t))
+        if how == "deepcopy":
+            return copy.deepcopy(t)
+        buf = io.BytesIO()
+        torch.save({"t": t}, buf)
+        buf.seek(0)
+        return torch.load(buf)["t"]  # weights_only: the state holds no DVM handle
+
+    x = torch.randn(3, 7)
+    want = torch.tanh(x) * 3
+    with torch.no_grad(), L():
+        q = torch.tanh(x) * 3
+        v = q[:, 2:5]  # a view of a pending value
+        if inside:
+            got, got_v = roundtrip(q), roundtrip(v)
+    if not inside:
+        got, got_v = roundtrip(q), roundtrip(v)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_v, want[:, 2:5], rtol=1e-6, atol=1e-6)
+    assert not any(k.startswith("_dvm") for k in got.__dict__)

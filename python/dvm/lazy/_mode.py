@@ -49,7 +49,8 @@ def _writes(func):
 
 
 def _storage(t):
-    return t.untyped_storage().data_ptr() if t.numel() else 0
+    # torch's own untyped_storage: the patched one flushes pending values first.
+    return _tensors._untyped_storage(t).data_ptr() if t.numel() else 0
 
 
 def _run_eagerly(func, args, kwargs):

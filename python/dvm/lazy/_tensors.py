@@ -63,10 +63,11 @@ _FLOAT_DTYPES = set()  # torch's floating dtypes DVM runs
 _empty = None  # torch.empty
 _Parameter = None  # torch.nn.Parameter
 _data_ptr = None  # torch._C.TensorBase.data_ptr (Tensor.data_ptr is wrapped while a mode runs)
+_untyped_storage = None  # torch._C.TensorBase.untyped_storage (likewise)
 
 
 def _bind(torch):
-    global _torch, _empty, _Parameter, _data_ptr
+    global _torch, _empty, _Parameter, _data_ptr, _untyped_storage
     t2d, d2t = torch_dtype_maps()
     _T2D.update(t2d)
     _D2T.update(d2t)
@@ -74,7 +75,35 @@ def _bind(torch):
     _empty = torch.empty
     _Parameter = torch.nn.Parameter
     _data_ptr = torch._C.TensorBase.data_ptr
+    _untyped_storage = torch._C.TensorBase.untyped_storage
     _torch = torch
+    _forget_handles_when_serialized(torch)
+
+
+_KEYS = ("_dvm_lazy", "_dvm_view", "_dvm_src", "_dvm_leaves")
+
+
+def _forget_handles_when_serialized(torch):
+    """Pickling, torch.save and copy.deepcopy of a tensor carry its __dict__, where lazy mode
+    keeps its handles (which cannot be pickled, and mean nothing in another process or copy).
+    torch clears non-serializable state through _clear_non_serializable_cached_data before it
+    reads the dict; the handles of a tensor whose value is no longer pending go there too (its
+    memory holds the value; inside a mode, the patched __reduce_ex__/__deepcopy__ flush
+    first)."""
+    orig = torch.Tensor.__dict__.get("_clear_non_serializable_cached_data")
+    if orig is None or getattr(orig, "_dvm_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def clear(self):
+        orig(self)
+        d = self.__dict__
+        if d and _pending(self) is None:
+            for k in _KEYS:
+                d.pop(k, None)
+
+    clear._dvm_wrapped = True
+    torch.Tensor._clear_non_serializable_cached_data = clear
 
 
 def _pending(t):
@@ -127,7 +156,7 @@ def _leaf(t, shape, strides):
             return hit[0]
     if not _eligible(t):
         raise _Unsupported
-    storage = t.untyped_storage()
+    storage = _untyped_storage(t)
     sp = storage.data_ptr() if t.numel() else 0
     # Entries of another storage (set_, .data =) or of many views (a growing slice): dropped,
     # so a cache never pins memory its tensor no longer uses.
@@ -199,7 +228,10 @@ def _view_of(torch_view, h, src):
 # ---------------------------------------------------------------------------------------------
 # Reads that bypass the dispatcher: flush first while a mode is active.
 
-_PATCHED = ("numpy", "tolist", "data_ptr", "__dlpack__", "__repr__", "__format__", "__array__")
+# untyped_storage (its bytes), __deepcopy__ (copies the storage), __reduce_ex__ (pickle,
+# torch.save) read the memory too.
+_PATCHED = ("numpy", "tolist", "data_ptr", "__dlpack__", "__repr__", "__format__", "__array__",
+            "untyped_storage", "__deepcopy__", "__reduce_ex__")
 _originals = {}
 _patch_lock = threading.Lock()
 _patch_users = 0
@@ -209,10 +241,26 @@ def _observer(orig):
     @functools.wraps(orig)
     def read(self, *args, **kwargs):
         if isinstance(self, _torch.Tensor) and _pending(self) is not None:
-            _flush(FlushReason.OBSERVE)
+            if _state.depth:
+                _flush(FlushReason.OBSERVE)
+            h = _pending(self)
+            if h is not None:  # pending in another thread's trace: flush that one
+                h.wait()
         return orig(self, *args, **kwargs)
 
     return read
+
+
+# Handing values to another thread: starting a thread flushes the starting thread's trace
+# first (while it is in a mode), so the new thread reads filled memory even through ATen ops,
+# which no mode intercepts on a thread outside lazy mode.
+_thread_start = threading.Thread.start
+
+
+def _start_after_flush(self, *args, **kwargs):
+    if _state.depth:
+        _flush(FlushReason.OBSERVE)
+    return _thread_start(self, *args, **kwargs)
 
 
 _wrappers = {}  # name -> (the attribute it wraps, the wrapper): made once, not per mode entry
@@ -234,7 +282,9 @@ def _patch(on):
             for name in _PATCHED:
                 _originals[name] = _torch.Tensor.__dict__.get(name)
                 setattr(_torch.Tensor, name, _wrapper(name))
+            threading.Thread.start = _start_after_flush
         elif not on and _patch_users == 0:
+            threading.Thread.start = _thread_start
             for name in _PATCHED:
                 if _originals[name] is None:
                     delattr(_torch.Tensor, name)
