@@ -47,7 +47,50 @@ def small_model(name):
         cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                       intermediate_size=128, **common)
         return transformers.BertModel(cfg)
+    if name == "mistral":
+        cfg = transformers.MistralConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=176,
+                                         sliding_window=None, **common)
+        return transformers.MistralForCausalLM(cfg)
+    if name == "gemma":  # GELU-tanh gate, RMSNorm with (1 + weight), one KV head
+        cfg = transformers.GemmaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=1, head_dim=16, intermediate_size=176,
+                                       **common)
+        return transformers.GemmaForCausalLM(cfg)
+    if name == "falcon":  # fused QKV read back with negative indices (x[..., -2, :])
+        cfg = transformers.FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        **common)
+        return transformers.FalconForCausalLM(cfg)
+    if name == "gpt_neox":  # rotary on part of each head
+        cfg = transformers.GPTNeoXConfig(hidden_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=176, **common)
+        return transformers.GPTNeoXForCausalLM(cfg)
+    if name == "bloom":  # ALiBi position biases
+        cfg = transformers.BloomConfig(hidden_size=64, n_layer=2, n_head=4, **common)
+        return transformers.BloomForCausalLM(cfg)
+    if name == "opt":
+        cfg = transformers.OPTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     ffn_dim=176, word_embed_proj_dim=64, **common)
+        return transformers.OPTForCausalLM(cfg)
+    if name == "distilbert":
+        cfg = transformers.DistilBertConfig(dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                                            **common)
+        return transformers.DistilBertModel(cfg)
+    if name == "vit":
+        cfg = transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, image_size=32, patch_size=8)
+        return transformers.ViTModel(cfg)
     raise ValueError(name)
+
+
+ENCODERS = ("bert", "t5", "distilbert", "vit")
+
+
+def model_inputs(name, s):
+    if name == "vit":  # the batch is the dynamic dim of an image model
+        return {"pixel_values": torch.randn(s % 4 + 2, 3, 32, 32)}
+    kw = {} if name in ENCODERS else {"use_cache": False}
+    return {"input_ids": torch.randint(0, 512, (2, s)), **kw}
 
 
 def first_tensor(out):
@@ -69,19 +112,30 @@ T5_NODES = pytest.mark.allow_fallback(
     "T5 relative-position bucket arithmetic runs in PyTorch", kinds=("nodes",))
 
 
+# ViT's patch embedding is a convolution (no DVM translation): it runs in PyTorch.
+CONV_NODE = pytest.mark.allow_fallback("ViT's patch-embedding convolution runs in PyTorch",
+                                       kinds=("nodes",))
+
+
 @pytest.mark.parametrize("name", [pytest.param("llama", marks=MASK_NODES),
                                   pytest.param("qwen2", marks=MASK_NODES),
-                                  pytest.param("gpt2", marks=MASK_NODES), "bert",
+                                  pytest.param("mistral", marks=MASK_NODES),
+                                  pytest.param("gemma", marks=MASK_NODES),
+                                  pytest.param("falcon", marks=MASK_NODES),
+                                  pytest.param("gpt_neox", marks=MASK_NODES),
+                                  pytest.param("bloom", marks=MASK_NODES),
+                                  pytest.param("opt", marks=MASK_NODES),
+                                  pytest.param("gpt2", marks=MASK_NODES), "bert", "distilbert",
+                                  pytest.param("vit", marks=CONV_NODE),
                                   pytest.param("t5", marks=T5_NODES)])
 def test_model_matches_eager_over_lengths_one_compile(name):
     model = small_model(name).eval()
     compiled = torch.compile(model, backend="dvm", dynamic=True)
     with torch.no_grad():
         for s in LENGTHS:
-            ids = torch.randint(0, 512, (2, s))
-            kw = {} if name == "t5" else {"use_cache": False}
-            got = first_tensor(compiled(input_ids=ids, **kw))
-            want = first_tensor(model(input_ids=ids, **kw))
+            kw = model_inputs(name, s)
+            got = first_tensor(compiled(**kw))
+            want = first_tensor(model(**kw))
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
     st = tb.stats()
     assert st["dynamo_graphs"] == 1, st

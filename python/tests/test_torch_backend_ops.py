@@ -332,6 +332,11 @@ CASES = [
     ("index_tensor", lambda x, i: x[i] * 2,
      lambda dt, g, v: (rand((10, 4), dt, g), torch.randint(0, 10, (SZ(v)[0],), generator=g)),
      (F32,)),
+    # x[i] counts negative indices from the end (HF Falcon's fused_qkv[..., -2, :]); the
+    # indexed dim is dynamic
+    ("index_tensor_negative", lambda x, i: x[:, i] + 1,
+     lambda dt, g, v: (rand(SZ(v), dt, g), torch.randint(-SZ(v)[1], SZ(v)[1], (4,),
+                                                         generator=g)), (F32,)),
     # attention
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
      lambda dt, g, v: tuple(rand((2, 2, SZ(v)[1], 8), dt, g) for _ in range(3)), (F32,)),

@@ -831,6 +831,10 @@ def _index(tr: Translator, x, indices):
         raise Unsupported("index is not a tensor")
     if tr.dtype(t) == dvm.DType.BOOL:
         raise Unsupported("boolean mask indexing (data-dependent shape)")
+    # x[t] counts negative indices from the end (index_select and gather do not): t + n there.
+    # An index below -n stays negative, so DVM reports it out of range as torch raises.
+    n = tr.sym_scalar(tr.shape(x)[axis], tr.dtype(t))
+    t = tr.gb.select(tr.gb.binary(dvm.BinaryOp.LT, t, 0), tr.gb.binary(dvm.BinaryOp.ADD, t, n), t)
     ishape = tr.shape(t)
     if len(ishape) == 1:
         return tr.gb.index_select(x, axis, t)
