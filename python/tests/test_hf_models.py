@@ -143,3 +143,48 @@ def test_model_matches_eager_over_lengths_one_compile(name):
     assert st.get("runtime_fallbacks", 0) == 0, st
     assert st.get("partition_fallbacks", 0) == 0, st
     assert st.get("direct_graphs", 0) == 1, st  # no_grad inference: no AOTAutograd
+
+
+def _greedy(model, ids, steps=10):
+    return model.generate(ids, max_new_tokens=steps, do_sample=False, pad_token_id=0)
+
+
+# Greedy decoding with the KV cache (prefill, then one token per step against a growing cache):
+# the tokens equal eager's. Under torch.compile the prefill and the decode step are one Dynamo
+# graph each (the step's length 1 is specialised); under lazy mode every step is recorded and
+# flushed through DVM.
+@pytest.mark.parametrize("name", [pytest.param("gpt2", marks=MASK_NODES),
+                                  pytest.param("llama", marks=MASK_NODES),
+                                  pytest.param("mistral", marks=MASK_NODES)])
+def test_greedy_decode_with_kv_cache_under_compile(name):
+    model = small_model(name).eval()
+    ids = torch.randint(0, 512, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = _greedy(model, ids)
+        model.forward = torch.compile(model.forward, backend="dvm", dynamic=True)
+        got = _greedy(model, ids)
+    assert torch.equal(got, want), (got.tolist(), want.tolist())
+    st = tb.stats()
+    assert st["dynamo_graphs"] <= 2, st
+    assert st.get("partitions_run", 0) >= 2 and st.get("runtime_fallbacks", 0) == 0, st
+
+
+# generate()'s own bookkeeping between steps has no DVM op: isin (the EOS check), an int64 &
+# bool (unfinished sequences) and one cumsum (position ids); each runs in PyTorch after a flush.
+# The model's steps (attention with grouped KV heads included) are recorded.
+@pytest.mark.allow_fallback("generate()'s isin / int64 & bool / cumsum run in PyTorch",
+                            kinds=("lazy_unsupported",))
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_greedy_decode_with_kv_cache_under_lazy_mode(name):
+    import dvm
+
+    model = small_model(name).eval()
+    ids = torch.randint(0, 512, (1, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = _greedy(model, ids)
+        dvm.lazy.reset_stats()
+        with dvm.lazy():
+            got = _greedy(model, ids)
+    assert torch.equal(got, want), (got.tolist(), want.tolist())
+    st = dvm.lazy.stats()
+    assert st.ops_recorded > 100 and st.kernels_launched > 10, st

@@ -674,3 +674,37 @@ def test_lazy_results_pickle_copy_and_save(how, inside):
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(got_v, want[:, 2:5], rtol=1e-6, atol=1e-6)
     assert not any(k.startswith("_dvm") for k in got.__dict__)
+
+
+def test_any_all_and_bool_arithmetic_are_recorded():
+    x = torch.randn(4, 6)
+    x[1] = 0
+    x[2, 3] = float("nan")  # NaN is true
+    b = x > 0.5
+    cases = [lambda: (x > 0).any(), lambda: (x > 0).all(), lambda: x.any(1),
+             lambda: x.all(0, keepdim=True), lambda: b.any(dim=(0, 1)),
+             lambda: torch.any(x.abs() > 2, dim=-1),
+             lambda: b * (x < 1), lambda: b + (x < -1)]  # bool * bool: and, bool + bool: or
+    for f in cases:
+        want = f()
+        L.reset_stats()
+        with torch.no_grad(), L():
+            got = f().clone()
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+        assert L.stats().ops_recorded >= 2 and not L.handler_fallbacks()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_with_grouped_kv_heads_and_its_logsumexp(causal):
+    # HF Llama/Mistral/Qwen2 under SDPA reach this op with fewer k/v heads than q heads.
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=g), torch.randn(2, 2, 7, 8, generator=g),
+               torch.randn(2, 2, 7, 8, generator=g))
+    f = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    want_o, want_l = f(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=causal)
+    with torch.no_grad(), L():
+        o, lse = f(q, k, v, is_causal=causal)
+        o, lse = o.clone(), lse.clone()
+    torch.testing.assert_close(o, want_o, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse, want_l, rtol=1e-5, atol=1e-5)
+    assert not L.handler_fallbacks()

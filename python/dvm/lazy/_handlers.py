@@ -8,6 +8,7 @@ their table key, with this front's handler. Imported when the first mode is ente
 torch).
 """
 
+import math
 import torch as _torch
 
 from .. import aten_ops as T
@@ -63,7 +64,11 @@ def _binary(op, kind=T.ARITH):
         if alpha == 1 and same_dtype and (bt is float and ad in _FLOAT_DTYPES or
                                              isinstance(b, _torch.Tensor) and b.dtype is ad):
             if ad is _torch.bool and kind == T.ARITH:
-                raise _Unsupported
+                # bool * bool and bool + bool stay bool in torch: and / or
+                logical = {BinaryOp.MUL: BinaryOp.LOGICAL_AND, BinaryOp.ADD: BinaryOp.LOGICAL_OR}
+                if bt is float or op not in logical:
+                    raise _Unsupported
+                return _out(lz_binary(logical[op], _arg(a), _arg(b)), _torch.bool)
             y = float(b) if bt is float else _arg(b)
             return _out(lz_binary(op, _arg(a), y), _torch.bool if bool_out else ad)
         if no_bool and (ad is _torch.bool or bt is bool or
@@ -262,6 +267,21 @@ def _reduce(op):
     return h
 
 
+def _any_all(op):
+    """any / all (op MAX / MIN) over the operand's truth values, as int32 (DVM reduces no
+    bools), back to bool."""
+    def h(x, dim=None, keepdim=False):
+        if x.dim() == 0 or x.numel() == 0:
+            raise _Unsupported
+        hx = _arg(x)
+        if x.dtype is not _torch.bool:
+            hx = _lz.binary(BinaryOp.NE, hx, 0.0)
+        r = _lz.reduce(op, _as(hx, DType.I32), _dims(dim, x.dim()), bool(keepdim))
+        return _out(_as(r, DType.BOOL), _torch.bool)
+
+    return h
+
+
 def _reduce_all(op):
     h = _reduce(op)
     return lambda x, *, dtype=None: h(x, None, False, dtype=dtype)
@@ -413,6 +433,20 @@ def _tri(lower):
     return h
 
 
+def _grouped_scores(q, k, hq, hk):
+    """q @ k^T, with grouped-query attention (fewer k heads than q heads, as HF Llama, Mistral
+    and Qwen2 pass them): query head h reads k head h // G, so q's heads are split as
+    [Hk, G] against k broadcast over G, and the scores merged back to q's heads."""
+    nq, nk = (q.shape[-3], k.shape[-3]) if q.dim() >= 3 else (1, 1)
+    if nq == nk or nk == 0 or nq % nk:
+        return _lz.matmul(hq, hk, False, True)
+    lead, (L, D), S = list(q.shape[:-3]), q.shape[-2:], k.shape[-2]
+    n = nk * math.prod(lead)  # lazy matmul takes rank <= 4: batch and k heads as one dim
+    sg = _lz.matmul(_lz.reshape(hq, [n, nq // nk, L, D]), _lz.reshape(hk, [n, 1, S, D]), False,
+                    True)
+    return _lz.reshape(sg, lead + [nq, L, S])
+
+
 def _sdpa_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     # The attention rule shared with the backend (aten_ops.attention_refusal); DVM's attention
     # has no logsumexp output, but this op returns one: recorded from reductions below.
@@ -425,7 +459,7 @@ def _sdpa_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=
     out = _lz.attention(hq, hk, hv, hm, bool(is_causal), s)
     # logsumexp of the scores ([..., L], f32): recorded, dropped unless kept.
     sc = s if s > 0 else q.shape[-1] ** -0.5
-    scores = _lz.binary(BinaryOp.MUL, _as(_lz.matmul(hq, hk, False, True), DType.F32), sc)
+    scores = _lz.binary(BinaryOp.MUL, _as(_grouped_scores(q, k, hq, hk), DType.F32), sc)
     if hm is not None:
         if attn_mask.dtype == _torch.bool:
             scores = _lz.select(hm, scores, _lz.scalar(float("-inf")))
@@ -561,6 +595,8 @@ _FROM_OP = {
     "amax.default": _amax, "amin.default": _amax,
     "max.dim": lambda ops: _max_dim(*ops), "min.dim": lambda ops: _max_dim(*ops),
     "argmax.default": _argmax, "argmin.default": _argmax,
+    "any.default": _any_all, "any.dim": _any_all, "any.dims": _any_all,
+    "all.default": _any_all, "all.dim": _any_all, "all.dims": _any_all,
     "var.correction": lambda name: _moments(getattr(_lz, name)),
     "std.correction": lambda name: _moments(getattr(_lz, name)),
     "_softmax.default": lambda name: _softmax(getattr(_lz, name)),
