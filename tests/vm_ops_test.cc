@@ -2089,5 +2089,37 @@ TEST(VmConcurrency, FourThreadsDifferentShapes) {
   }
 }
 
+// Reductions over axes of extent 1 at a binding (a batch of one, one head) in their input's
+// dtype are the input itself: the program has no reduce instruction, and the values (NaN
+// included) are the reference's. Other bindings of the same kernel still reduce.
+TEST(VmReduce, ReductionsOverUnitAxesAreTheInput) {
+  std::mt19937 rng(41);
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+    for (bool keep : {false, true}) {
+      KernelBuilder kb("unit_reduce");
+      Dim m = kb.symbol("M");
+      Value x = kb.load("x", DType::kF32, {4, m, 24});
+      kb.store("y", kb.binary(BinaryOp::kMul, kb.reduce(op, x, {1}, keep), 2.0));
+      Kernel k = kb.build().value();
+      for (int64_t extent : {1, 3}) {
+        Buffer xb = make_buffer(DType::kF32, {4, extent, 24}, rng);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(xb.bytes.data() + 5 * sizeof(float), &nan, sizeof(float));
+        expect_matches_reference(k, {xb}, {}, {},
+                                 std::string(reduce_op_name(op)) + (keep ? " keepdims" : "") +
+                                     " over " + std::to_string(extent));
+        auto ck = CompiledKernel::create(k).value();
+        Buffer y = make_buffer(
+            DType::kF32, keep ? std::vector<int64_t>{4, 1, 24} : std::vector<int64_t>{4, 24}, rng);
+        TensorArg ins[] = {xb.arg}, outs[] = {y.arg};
+        auto text = ck->disassemble(ins, outs);
+        ASSERT_TRUE(text.is_ok());
+        EXPECT_EQ(text->find("reduce.") == std::string::npos, extent == 1) << *text;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dvm::testing

@@ -26,6 +26,7 @@ class Encoder {
                          std::vector<int64_t>* parts) const;
   bool reads_reduction(int node) const;
   Status visit(int stage, int node, const NodeMap& map, int* inst);
+  bool reduces_over_unit_axes(int node) const;
   Status visit_reduce(int stage, int node, const NodeMap& map, int* inst);
   bool should_split(int stage, int node) const;
   Status visit_matmul(int stage, int node, const NodeMap& map, int* inst);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "encoder/encoder_impl.h"
+#include "ops/dtype_rules.h"
 
 namespace dvm::enc {
 
@@ -519,7 +520,36 @@ Status Encoder::visit_split_reduce(int stage, int node, const NodeMap& map, int*
   return Status::ok();
 }
 
+// A reduction over axes that are all of extent 1 at this binding (a batch of one, a single
+// head or key) in the dtype of its input is the input itself: no accumulator, fill and pass.
+bool Encoder::reduces_over_unit_axes(int node) const {
+  const Node& n = def_.nodes[node];
+  const DType t = def_.nodes[n.inputs[0]].dtype;
+  if (ops::is_arg_reduce(n.reduce_op()) || ops::reduce_compute_dtype(n.reduce_op(), t) != t ||
+      n.dtype != t) {
+    return false;
+  }
+  const CShape& in = shape_of(b_, n.inputs[0]);
+  for (int64_t a : n.attr) {
+    if (in.d[a] != 1) return false;
+  }
+  return true;
+}
+
 Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst) {
+  if (reduces_over_unit_axes(node)) {
+    const Node& n = def_.nodes[node];
+    NodeMap im;
+    im.rank = shape_of(b_, n.inputs[0]).rank;
+    for (int i = 0, k = 0; i < im.rank; ++i) {
+      const bool red = std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end();
+      if (!red || n.keepdims) {
+        const MapEntry e = map.e[k++];
+        if (!red) im.e[i] = e;  // a reduced (extent-1) dim reads index 0 wherever it maps
+      }
+    }
+    return visit(stage, n.inputs[0], im, inst);
+  }
   const Stage& ms = stages_[stage];
   bool row_reduce = ms.has_matmul && reduce_fits_matmul_tile(node) &&
                     (!ms.has_reduce || ms.reduce_set == (1u << ms.mm_n)) &&
