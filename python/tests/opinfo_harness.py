@@ -337,6 +337,7 @@ class _LogLines(logging.Handler):
     _PART = re.compile(r"^dvm: partition \S+ \((\d+) nodes\) runs in PyTorch: (.*)$", re.S)
     _RUN = re.compile(r"^dvm: partition \S+ failed at run time, running it in PyTorch: (.*)$",
                       re.S)
+    _NONE = re.compile(r"^dvm: \S+: (nothing for DVM: .*)$", re.S)
 
     def __init__(self):
         super().__init__(logging.DEBUG)
@@ -345,7 +346,7 @@ class _LogLines(logging.Handler):
     def emit(self, record):
         msg = record.getMessage()
         for pattern, fmt in ((self._NODE, "{0}: {1}"), (self._PART, "partition build: {1}"),
-                             (self._RUN, "run time: {0}")):
+                             (self._RUN, "run time: {0}"), (self._NONE, "{0}")):
             m = pattern.match(msg)
             if m:
                 r = fmt.format(*m.groups()).splitlines()[0][:300]
@@ -502,8 +503,10 @@ def _case_status(result) -> tuple[str, str]:
         return "dvm", ""
     # reasons that name a refusal first; views left alone because nothing else ran, after
     why = sorted(result["fallback_reasons"], key=lambda r: "no DVM compute around it" in r)
+    breaks = "; ".join(result["graph_breaks"][:2])
     if not result["dynamo_graphs"]:
         why.insert(0, "Dynamo gave the backend no graph" + (
-            f" (graph breaks: {'; '.join(result['graph_breaks'][:2])})"
-            if result["graph_breaks"] else ""))
+            f" (graph breaks: {breaks})" if breaks else ""))
+    elif breaks:
+        why.append(f"graph breaks: {breaks}")
     return "fallback", "; ".join(why[:4]) or "no reason logged"

@@ -193,6 +193,19 @@ def test_unsupported_op_in_the_middle(caplog, monkeypatch):
                for r in caplog.records)
 
 
+@pytest.mark.allow_fallback("a graph with no tensor op has nothing for DVM (the point)",
+                            kinds=("no_dvm",))
+def test_graph_without_tensor_ops_says_why(caplog, monkeypatch):
+    """x.conj() of a real tensor is x: the graph has no node to log, yet DVM_LOG_FALLBACK still
+    says why nothing ran in DVM."""
+    monkeypatch.setenv("DVM_LOG_FALLBACK", "1")
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.WARNING, logger="dvm"):
+        assert torch.compile(lambda t: t.conj(), backend="dvm")(x) is not None
+    assert tb.stats().get("dynamo_graphs") == 1
+    assert "nothing for DVM: the graph has no tensor op" in caplog.text
+
+
 class Branchy(nn.Module):
     def __init__(self):
         super().__init__()

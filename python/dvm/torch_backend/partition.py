@@ -264,7 +264,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
             continue
         kept.append(p)
     in_dvm = {n for p in kept for n in p.nodes}
-    n_fallback = 0
+    n_fallback = n_logged = 0
     for n in gm.graph.nodes:
         if n.op != "call_function" or n in in_dvm:
             continue
@@ -275,9 +275,13 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
             r = "a view/copy with no DVM compute around it (free in PyTorch)"
         else:
             n_fallback += 1
+        n_logged += 1
         log_fallback("dvm: %s: %s (%s) runs in PyTorch: %s", graph_name, n.name, n.target, r)
     bump("fallback_nodes", n_fallback)
     if not kept:
+        if not n_logged:  # so that every graph DVM does not run says why
+            log_fallback("dvm: %s: nothing for DVM: the graph has no tensor op (it returns its "
+                         "inputs or constants)", graph_name)
         return gm
     fused = partitioner.fuse_partitions(kept, prefix="dvm_")
     sources = _symbol_sources(fused, shape_env)
