@@ -184,6 +184,43 @@ TEST(Gemm, SkinnyRows) {
   });
 }
 
+// gemm_f32_skinny (x [m <= 16, K] times W [N, K]^T, W read in place; the VM's path for
+// decode-sized products): every m, W-row tails (n % 4), K tails, accumulate, k = 0; and each
+// output's bits do not depend on m (the VM relies on it: a product's rows may be split).
+TEST(Gemm, SkinnyTransposedInPlace) {
+  for_each_target([&] {
+    std::mt19937 rng(5);
+    for (int64_t m = 1; m <= 16; ++m)
+      for (int64_t n : {1, 4, 7, 33})
+        for (int64_t k : {0, 1, 15, 64, 257}) {
+          const Operand a = make_operand(m, k, Layout::kRowMajor, rng);
+          const Operand b = make_operand(k, n, Layout::kTransposed, rng);
+          ASSERT_EQ(a.cs, 1);
+          ASSERT_EQ(b.rs, 1);
+          const bool acc = (m + n) % 2 == 0;
+          const int64_t ldc = n + 2;
+          std::vector<float> c0(static_cast<size_t>(m * ldc));
+          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+          for (float& x : c0) x = dist(rng);
+          std::vector<float> c = c0;
+          gemm_f32_skinny(m, n, k, a.data.data(), a.rs, b.data.data(), b.cs, c.data(), ldc, acc);
+          char what[120];
+          std::snprintf(what, sizeof(what), "skinny m=%lld n=%lld k=%lld acc=%d",
+                        static_cast<long long>(m), static_cast<long long>(n),
+                        static_cast<long long>(k), acc ? 1 : 0);
+          check(m, n, k, a, b, c0, c, ldc, acc, 1e-6, what);
+          // Row by row: the same bits as the whole product.
+          for (int64_t i = 0; i < m; ++i) {
+            std::vector<float> row(c0.begin() + i * ldc, c0.begin() + i * ldc + n);
+            gemm_f32_skinny(1, n, k, a.data.data() + i * a.rs, a.rs, b.data.data(), b.cs,
+                            row.data(), n, acc);
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_EQ(row[j], c[i * ldc + j]) << what << " row " << i << " col " << j;
+          }
+        }
+  });
+}
+
 TEST(Gemm, Primes) {
   for_each_target([&] {
     std::mt19937 rng(3);

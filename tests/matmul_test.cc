@@ -344,9 +344,10 @@ TEST(MatMulWeightCache, ConstantWeightsMatchReference) {
     }
   }
   // One pack per weight matrix: per batch index for the two batched weights, none for the
-  // skinny case (W read in place); the second calls hit.
+  // skinny cases (f32 B^T with at most 16 rows of A: W read in place, the 3 x 64 linear and
+  // the 7-row product with a transposed B); the second calls hit.
   WeightCacheStats st = weight_cache_stats();
-  EXPECT_EQ(st.packs, 9);
+  EXPECT_EQ(st.packs, 8);
   EXPECT_GE(st.hits, st.packs);
   EXPECT_GT(st.bytes, 0);
 }
@@ -408,7 +409,7 @@ TEST(MatMulWeightCache, WorkingSetLargerThanCapacityDoesNotThrash) {
   Value w = kb.load("w", DType::kF32, {96, 64});
   kb.store("y", kb.matmul(x, w, false, true));
   auto ck = CompiledKernel::create(kb.build().value()).value();
-  constexpr int kWeights = 7, kCalls = 8, kRows = 16;
+  constexpr int kWeights = 7, kCalls = 8, kRows = 32;  // > 16 rows: packed, not read in place
   std::vector<std::vector<float>> weights;
   for (int i = 0; i < kWeights; ++i) weights.emplace_back(96 * 64, static_cast<float>(i + 1));
   // Room for three of the seven packed weights (a packed weight is at least 96 x 64 floats).
@@ -474,6 +475,36 @@ TEST(MatMulWeightCache, ConcurrentCallsWithEvictionsAndNewVersions) {
   EXPECT_GT(weight_cache_stats().evictions + weight_cache_stats().replaced, 0);
   set_weight_cache_capacity(size_t{1} << 30);
   clear_weight_cache();
+}
+
+// A linear layer at decode-sized and slightly larger row counts gives the same bits at any
+// thread count: whether W is read in place (up to 16 rows) is decided by the product's rows,
+// not by the tiles a thread count splits them into.
+TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
+  KernelBuilder kb("linear");
+  Value x = kb.load("x", DType::kF32, {kb.symbol("S"), 64});
+  Value w = kb.load("w", DType::kF32, {96, 64});
+  kb.store("y", kb.matmul(x, w, false, true));
+  Kernel k = kb.build().value();
+  std::mt19937 rng(13);
+  Buffer wb = make_buffer(DType::kF32, {96, 64}, rng);
+  for (int64_t s : {1, 5, 16, 17, 32, 40}) {
+    Buffer xb = make_buffer(DType::kF32, {s, 64}, rng);
+    expect_matches_reference(k, {xb, wb}, Tolerance{mm_tol(64).abs, 1e-4}, {},
+                             "S=" + std::to_string(s));
+    std::vector<std::vector<char>> results;
+    for (int threads : {1, 2, 3}) {
+      CompileOptions o;
+      o.num_threads = threads;
+      auto ck = CompiledKernel::create(k, o).value();
+      Buffer y = make_buffer(DType::kF32, {s, 96}, rng);
+      const TensorArg in[] = {xb.arg, wb.arg}, out[] = {y.arg};
+      ASSERT_TRUE(ck->run(in, out).is_ok());
+      results.push_back(y.bytes);
+    }
+    EXPECT_EQ(results[0], results[1]) << "S=" << s;
+    EXPECT_EQ(results[0], results[2]) << "S=" << s;
+  }
 }
 
 }  // namespace

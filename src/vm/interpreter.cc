@@ -140,6 +140,7 @@ class BlockRunner {
   void exec_reduce(const Instr& in);
   void exec_argreduce(const Instr& in);
   void exec_matmul(const Instr& in);
+  bool skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows, int64_t ak) const;
   const float* packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
                         int64_t ak);
   void exec_reduce_dot(const Instr& in);
@@ -1017,7 +1018,7 @@ void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
 const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
                                    int64_t rows, int64_t ak) {
   if (args_.versions == nullptr || args_.versions[db.slot] == 0) return nullptr;
-  if (cpu::gemm_skinny_in_place(rows, ak, bk, b.cs) && db.dtype == DType::kF32) return nullptr;
+  if (skinny(db, b, bk, rows, ak)) return nullptr;
   static const int64_t panel_cols = cpu::gemm_micro_tile().n;
   const int col = lp_.col_axis;
   const int64_t j0 = col >= 0 ? ivar_[col] : 0;
@@ -1039,6 +1040,14 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
   }
   if (packed_ == nullptr) return nullptr;
   return packed_->panels() + j0 / panel_cols * (k * panel_cols);
+}
+
+// Reads an f32 B^T in place (gemm_f32_skinny)? Decided by the whole product's rows (the row
+// axis's extent), not the tile's, so that every thread count sums in the same order.
+bool BlockRunner::skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows,
+                         int64_t ak) const {
+  const int64_t m = lp_.row_axis >= 0 ? p_.axes[lp_.row_axis].extent : rows;
+  return db.dtype == DType::kF32 && cpu::gemm_skinny_in_place(std::max(m, rows), ak, bk, b.cs);
 }
 
 // The tile's rows x cols output block over the whole contraction axis, by the GEMM kernel.
@@ -1063,7 +1072,10 @@ void BlockRunner::exec_matmul(const Instr& in) {
     }
     return;
   }
-  if (da.dtype == DType::kF32) {
+  if (da.dtype == DType::kF32 && skinny(db, b, bk, rows, ak)) {
+    cpu::gemm_f32_skinny(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs,
+                         reinterpret_cast<const float*>(b.p), b.cs, c, d.rs, false);
+  } else if (da.dtype == DType::kF32) {
     cpu::gemm_f32(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
                   reinterpret_cast<const float*>(b.p), bk, b.cs, c, d.rs, false);
   } else {

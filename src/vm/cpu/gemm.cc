@@ -309,56 +309,82 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
   }
 }
 
-// Skinny products with a transposed B (decode through a linear layer: x [m <= 4, K] times
+// Skinny products with a transposed B (decode through a linear layer: x [m <= 16, K] times
 // W [N, K]^T): every output is a dot product of two contiguous rows, so W streams once, in
-// place, at memory bandwidth. Four W rows at a time share each load of x.
+// place, at memory bandwidth. Four W rows at a time share each load of x; up to 4 rows of x
+// at a time share each load of W, and the next rows of x reuse the same four W rows from L1,
+// so W is read from memory once whatever m is. Each output is summed lane-wise over K in
+// vector steps, then across lanes, then its scalar tail: the same order for any m.
 template <size_t kM>
-void GemvT(size_t n, size_t k, const float* a, ptrdiff_t a_rs, const float* b, ptrdiff_t b_cs,
-           float* c, ptrdiff_t ldc, bool accumulate) {
+void GemvTRows(size_t j, size_t k, const float* a, ptrdiff_t a_rs, const float* const* w, float* c,
+               ptrdiff_t ldc, bool accumulate) {
+  const DF d;
+  const size_t kv = k / kN * kN;
+  VF acc[kM][4];
+  for (size_t i = 0; i < kM; ++i)
+    for (size_t q = 0; q < 4; ++q) acc[i][q] = hn::Zero(d);
+  for (size_t p = 0; p < kv; p += kN) {
+    const VF w0 = hn::LoadU(d, w[0] + p), w1 = hn::LoadU(d, w[1] + p);
+    const VF w2 = hn::LoadU(d, w[2] + p), w3 = hn::LoadU(d, w[3] + p);
+    for (size_t i = 0; i < kM; ++i) {
+      const VF x = hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * a_rs + p);
+      acc[i][0] = hn::MulAdd(x, w0, acc[i][0]);
+      acc[i][1] = hn::MulAdd(x, w1, acc[i][1]);
+      acc[i][2] = hn::MulAdd(x, w2, acc[i][2]);
+      acc[i][3] = hn::MulAdd(x, w3, acc[i][3]);
+    }
+  }
+  for (size_t i = 0; i < kM; ++i) {
+    const float* x = a + static_cast<ptrdiff_t>(i) * a_rs;
+    for (size_t q = 0; q < 4; ++q) {
+      float tail = 0.0f;
+      for (size_t p = kv; p < k; ++p) tail += x[p] * w[q][p];
+      const float v = hn::GetLane(hn::SumOfLanes(d, acc[i][q])) + tail;
+      float& out = c[static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j + q)];
+      out = accumulate ? out + v : v;
+    }
+  }
+}
+
+void GemvT(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, const float* b,
+           ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate) {
   const DF d;
   const size_t kv = k / kN * kN;
   size_t j = 0;
-  const auto finish = [&](size_t jj, size_t i, VF acc, float tail) {
-    float v = hn::GetLane(hn::SumOfLanes(d, acc)) + tail;
-    float& out = c[static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(jj)];
-    out = accumulate ? out + v : v;
-  };
   for (; j + 4 <= n; j += 4) {
     const float* w[4];
     for (size_t q = 0; q < 4; ++q) w[q] = b + static_cast<ptrdiff_t>(j + q) * b_cs;
-    VF acc[kM][4];
-    for (size_t i = 0; i < kM; ++i)
-      for (size_t q = 0; q < 4; ++q) acc[i][q] = hn::Zero(d);
-    for (size_t p = 0; p < kv; p += kN) {
-      const VF w0 = hn::LoadU(d, w[0] + p), w1 = hn::LoadU(d, w[1] + p);
-      const VF w2 = hn::LoadU(d, w[2] + p), w3 = hn::LoadU(d, w[3] + p);
-      for (size_t i = 0; i < kM; ++i) {
-        const VF x = hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * a_rs + p);
-        acc[i][0] = hn::MulAdd(x, w0, acc[i][0]);
-        acc[i][1] = hn::MulAdd(x, w1, acc[i][1]);
-        acc[i][2] = hn::MulAdd(x, w2, acc[i][2]);
-        acc[i][3] = hn::MulAdd(x, w3, acc[i][3]);
-      }
-    }
-    for (size_t i = 0; i < kM; ++i) {
-      const float* x = a + static_cast<ptrdiff_t>(i) * a_rs;
-      for (size_t q = 0; q < 4; ++q) {
-        float tail = 0.0f;
-        for (size_t p = kv; p < k; ++p) tail += x[p] * w[q][p];
-        finish(j + q, i, acc[i][q], tail);
+    for (size_t i = 0; i < m; i += 4) {
+      const float* ai = a + static_cast<ptrdiff_t>(i) * a_rs;
+      float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
+      switch (std::min<size_t>(4, m - i)) {
+        case 1:
+          GemvTRows<1>(j, k, ai, a_rs, w, ci, ldc, accumulate);
+          break;
+        case 2:
+          GemvTRows<2>(j, k, ai, a_rs, w, ci, ldc, accumulate);
+          break;
+        case 3:
+          GemvTRows<3>(j, k, ai, a_rs, w, ci, ldc, accumulate);
+          break;
+        default:
+          GemvTRows<4>(j, k, ai, a_rs, w, ci, ldc, accumulate);
+          break;
       }
     }
   }
   for (; j < n; ++j) {
     const float* w = b + static_cast<ptrdiff_t>(j) * b_cs;
-    for (size_t i = 0; i < kM; ++i) {
+    for (size_t i = 0; i < m; ++i) {
       const float* x = a + static_cast<ptrdiff_t>(i) * a_rs;
       VF acc = hn::Zero(d);
       for (size_t p = 0; p < kv; p += kN)
         acc = hn::MulAdd(hn::LoadU(d, x + p), hn::LoadU(d, w + p), acc);
       float tail = 0.0f;
       for (size_t p = kv; p < k; ++p) tail += x[p] * w[p];
-      finish(j, i, acc, tail);
+      const float v = hn::GetLane(hn::SumOfLanes(d, acc)) + tail;
+      float& out = c[static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j)];
+      out = accumulate ? out + v : v;
     }
   }
 }
@@ -376,17 +402,10 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (b != nullptr && gemm_skinny_in_place(m, a_cs, b_rs, b_cs)) {
-      switch (m) {
-        case 1:
-          return GemvT<1>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
-        case 2:
-          return GemvT<2>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
-        case 3:
-          return GemvT<3>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
-        default:
-          return GemvT<4>(n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
-      }
+    // A caller that knows its whole product takes the skinny path for up to kSkinnyMaxRows
+    // rows (gemm_f32_skinny); a product this small takes it here.
+    if (b != nullptr && m <= 4 && gemm_skinny_in_place(m, a_cs, b_rs, b_cs)) {
+      return GemvT(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
     }
   }
   // Equal K blocks of at most kKC.
@@ -462,6 +481,11 @@ void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int6
   GemmImpl<float>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate, ConvF32());
 }
 
+void GemmF32Skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
+                   int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
+  GemvT(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+}
+
 void GemmHalf(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
               int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
               bool accumulate) {
@@ -530,6 +554,7 @@ namespace dvm::vm::cpu {
 using namespace dvm::ops;  // NOLINT
 
 HWY_EXPORT(GemmF32);
+HWY_EXPORT(GemmF32Skinny);
 HWY_EXPORT(GemmHalf);
 HWY_EXPORT(GemmF32Packed);
 HWY_EXPORT(GemmHalfPacked);
@@ -565,6 +590,18 @@ void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int
   if (m <= 0 || n <= 0) return;
   HWY_DYNAMIC_DISPATCH(GemmF32)
   (m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+}
+
+void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
+                     int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    }
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(GemmF32Skinny)(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
 }
 
 void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,

@@ -26,11 +26,20 @@ void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a
                int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
                bool accumulate);
 
-// Skinny products with a transposed f32 B (decode through a linear layer) read B in place, as
-// dot products of contiguous rows; a packed B is not used for them.
+// Skinny products with a transposed f32 B (decode through a linear layer, up to
+// kSkinnyMaxRows rows of x) read B in place, as dot products of contiguous rows, W streamed
+// once (gemm_f32_skinny); a packed B is not used for them. The VM decides by the whole
+// product's rows, never by a tile's, so that the summation order (and so every bit) does not
+// depend on how a thread count splits the rows; gemm_f32 takes this path by itself only up
+// to 4 rows, which no tiling splits.
+inline constexpr int64_t kSkinnyMaxRows = 16;
 inline bool gemm_skinny_in_place(int64_t m, int64_t a_cs, int64_t b_rs, int64_t b_cs) {
-  return m <= 4 && a_cs == 1 && b_rs == 1 && b_cs != 1;
+  return m <= kSkinnyMaxRows && a_cs == 1 && b_rs == 1 && b_cs != 1;
 }
+// C (+)= A (m x k, rows contiguous, row stride a_rs) times B^T, B's rows (N of them, k
+// contiguous floats each) at stride b_cs: the skinny path above.
+void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
+                     int64_t b_cs, float* c, int64_t ldc, bool accumulate);
 
 // Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
 // the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
