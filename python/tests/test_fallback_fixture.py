@@ -21,19 +21,20 @@ from dvm.torch_backend.partition import partition_and_compile
 from dvm.torch_backend.runtime import DvmPartition
 
 
-def lazy_bool_add():
-    x = torch.ones(3, dtype=torch.bool)
+def lazy_refused_add():
+    x, y = torch.ones(3, dtype=torch.int16), torch.ones(3)
     with torch.no_grad(), dvm.lazy():
-        return (x + x) * 1.0  # bool + bool: the add handler refuses it, the mul is recorded
+        x + x  # int16 is no DVM dtype: the add handler refuses it
+        return y * 2.0  # recorded
 
 
 def test_lazy_handler_fallback():
-    lazy_bool_add()
+    lazy_refused_add()
 
 
 @pytest.mark.allow_fallback("planted", kinds=("lazy",))
 def test_lazy_handler_fallback_allowed():
-    lazy_bool_add()
+    lazy_refused_add()
 
 
 def test_lazy_nothing_recorded():

@@ -524,14 +524,14 @@ def test_parameters_are_packed_once_and_repacked_after_writes():
     dvm.clear_weight_cache()
     lin = torch.nn.Linear(64, 48)
     with torch.no_grad():
-        for rows in (9, 17, 30):  # more than 4 rows: the weight is packed, not read in place
+        for rows in (20, 33, 47):  # more than 16 rows: the weight is packed, not read in place
             x = torch.randn(rows, 64)
             with L(freeze_weights=True):
                 y = lin(x * 1.0)
             torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
         assert dvm.weight_cache_stats().packs == 1
         lin.weight.mul_(-0.5)
-        x = torch.randn(12, 64)
+        x = torch.randn(24, 64)
         with L(freeze_weights=True):
             y = lin(x * 1.0)
         torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
