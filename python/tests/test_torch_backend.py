@@ -751,3 +751,23 @@ def test_lazy_integer_division_by_zero_fails_its_flush():
     with pytest.raises(dvm.DvmError, match="floordiv by zero"):
         with dvm.lazy():
             (a // torch.tensor([2, 0, -4, 1, 5]) + 1).tolist()
+
+
+@pytest.mark.filterwarnings("ignore:var\\(\\)")
+@pytest.mark.filterwarnings("ignore:std\\(\\)")
+@pytest.mark.parametrize("shape,correction", [((1, 5), 1), ((1, 5), 2), ((3, 5), 4),
+                                              ((0, 5), 1), ((4, 5), 1)])
+def test_variance_divides_by_max_of_zero_and_n_minus_correction(shape, correction):
+    # torch divides by max(0, N - correction): inf, or NaN for 0 / 0, never a negative
+    # variance (found by the OpInfo sweep: DVM divided by N - correction).
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    # Literal corrections: a closed-over int is a SymInt under dynamic=True (DVM then leaves
+    # the op to PyTorch, as it does for any symbolic correction).
+    fns = {1: (lambda x: torch.var(x, 0, correction=1), lambda x: torch.std(x, 0, correction=1)),
+           2: (lambda x: torch.var(x, 0, correction=2), lambda x: torch.std(x, 0, correction=2)),
+           4: (lambda x: torch.var(x, 0, correction=4), lambda x: torch.std(x, 0, correction=4))}
+    for fn in fns[correction]:
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="dvm", dynamic=True)(x)
+        torch.testing.assert_close(got, fn(x), equal_nan=True)
+    assert tb.stats().get("dvm_partitions", 0) >= 1

@@ -124,7 +124,10 @@ int Decomposer::variance(int id, bool take_sqrt) {
   int mean = em_.reduce(ReduceOp::kMean, x, axes, true);
   int d = em_.binary(BinaryOp::kSub, x, mean);
   int ss = em_.reduce(ReduceOp::kSum, em_.binary(BinaryOp::kMul, d, d), axes, src(id).flag);
-  int denom = em_.binary_scalar(BinaryOp::kSub, sym_scalar(count), src(id).value);
+  // torch divides by max(0, N - correction): a correction of at least N gives inf (or NaN
+  // for 0 / 0), never a negative variance.
+  int denom = em_.binary_scalar(
+      BinaryOp::kMaximum, em_.binary_scalar(BinaryOp::kSub, sym_scalar(count), src(id).value), 0.0);
   int v = em_.binary(BinaryOp::kDiv, ss, denom);
   if (take_sqrt) v = em_.unary(UnaryOp::kSqrt, v);
   return em_.cast(v, src(id).dtype);
