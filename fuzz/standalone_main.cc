@@ -20,6 +20,14 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Sanitizer reports end in abort(), which the SIGABRT handler below sees (UBSan's own exit
+// runs no death callback of ASan's runtime, and the input would be lost).
+extern "C" const char* __ubsan_default_options() {
+  return "abort_on_error=1:print_stacktrace=1";
+}
+extern "C" const char* __asan_default_options() {
+  return "abort_on_error=1";
+}
 // Present in ASan/UBSan builds (whose reports end the process without a signal), else null.
 extern "C" __attribute__((weak)) void __sanitizer_set_death_callback(void (*callback)());
 

@@ -650,8 +650,9 @@ Status Encoder::visit_matmul(int stage, int node, const NodeMap& map, int* inst)
   const Stage& st = stages_[stage];
   bool alone = mm_alone_[node] && computing_root_ != node;
   if (computing_root_ == node) computing_root_ = -1;
-  bool reduce_ok =
-      !st.has_reduce || (st.reduce_set == (1u << en.axis) && out.d[r - 1] <= kMaxMatmulRow);
+  // en.axis is -1 where the output's columns map to no axis (a broadcast extent-1 dim).
+  bool reduce_ok = !st.has_reduce || (en.axis >= 0 && st.reduce_set == (1u << en.axis) &&
+                                      out.d[r - 1] <= kMaxMatmulRow);
   bool fits = !alone && reduce_ok && plain_entry(em, out.d[r - 2]) &&
               plain_entry(en, out.d[r - 1]) && em.axis != en.axis &&
               (!st.has_matmul || (st.mm_m == em.axis && st.mm_n == en.axis));
