@@ -22,13 +22,7 @@ namespace {
 using dvm::DType;
 using dvm::Value;
 using dvm::fuzz::Buffer;
-
-struct Reader {
-  const uint8_t* data;
-  size_t size, pos = 0;
-  uint8_t next() { return pos < size ? data[pos++] : 0; }
-  bool done() const { return pos >= size; }
-};
+using dvm::fuzz::Reader;
 
 std::vector<dvm::UnaryOp> unary_ops() {
   std::vector<dvm::UnaryOp> ops;
@@ -161,12 +155,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<DType> dtypes;
   auto kernel = build(in, &dtypes);
   if (!kernel.is_ok()) return 0;
-  dvm::CompileOptions one, two;
-  one.num_threads = 1;
-  two.num_threads = 2;
-  auto ck1 = dvm::CompiledKernel::create(*kernel, one);
-  auto ck2 = dvm::CompiledKernel::create(*kernel, two);
-  if (ck1.is_ok() != ck2.is_ok()) dvm::fuzz::fail("compiles on one thread count only");
+  auto [ck1, ck2] = dvm::fuzz::compile_on_one_and_two_threads([&](int threads) {
+    dvm::CompileOptions o;
+    o.num_threads = threads;
+    return dvm::CompiledKernel::create(*kernel, o);
+  });
   if (!ck1.is_ok()) return 0;
   std::vector<Buffer> inputs = {
       Buffer::filled(DType::kF32, {s, h}, 1), Buffer::filled(DType::kF32, {h}, 2),

@@ -18,6 +18,7 @@
 namespace {
 
 using I128 = __int128;
+using dvm::fuzz::Reader;
 
 struct Item {
   dvm::SymExpr expr;
@@ -34,14 +35,6 @@ I128 floor_div(I128 a, I128 b) {
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
-
-// Reads bytes from the input, zero once it runs out.
-struct Reader {
-  const uint8_t* data;
-  size_t size, pos = 0;
-  uint8_t next() { return pos < size ? data[pos++] : 0; }
-  bool done() const { return pos >= size; }
-};
 
 }  // namespace
 

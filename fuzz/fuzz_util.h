@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "dvm/dtype.h"
@@ -16,6 +17,24 @@ namespace dvm::fuzz {
 [[noreturn]] inline void fail(const char* what) {
   std::fprintf(stderr, "fuzz invariant violated: %s\n", what);
   std::abort();
+}
+
+// Reads the fuzz input a byte at a time, zero once it runs out.
+struct Reader {
+  const uint8_t* data;
+  size_t size, pos = 0;
+  uint8_t next() { return pos < size ? data[pos++] : 0; }
+  bool done() const { return pos >= size; }
+};
+
+// `compile(threads)` for one and for two threads (DVM's results must not depend on the thread
+// count): both compile or neither does.
+template <class Compile>
+auto compile_on_one_and_two_threads(Compile compile) {
+  auto one = compile(1);
+  auto two = compile(2);
+  if (one.is_ok() != two.is_ok()) fail("compiles on one thread count only");
+  return std::pair{std::move(one), std::move(two)};
 }
 
 // At most 64K elements per tensor: runs stay fast enough for many executions a second.

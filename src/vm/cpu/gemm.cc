@@ -346,6 +346,11 @@ void GemvTRows(size_t j, size_t k, const float* a, ptrdiff_t a_rs, const float* 
   }
 }
 
+// GemvTRows for 1-4 rows of x.
+using GemvTRowsFn = void (*)(size_t, size_t, const float*, ptrdiff_t, const float* const*, float*,
+                             ptrdiff_t, bool);
+constexpr GemvTRowsFn kGemvTRows[] = {&GemvTRows<1>, &GemvTRows<2>, &GemvTRows<3>, &GemvTRows<4>};
+
 void GemvT(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, const float* b,
            ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate) {
   const DF d;
@@ -357,20 +362,7 @@ void GemvT(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, const f
     for (size_t i = 0; i < m; i += 4) {
       const float* ai = a + static_cast<ptrdiff_t>(i) * a_rs;
       float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
-      switch (std::min<size_t>(4, m - i)) {
-        case 1:
-          GemvTRows<1>(j, k, ai, a_rs, w, ci, ldc, accumulate);
-          break;
-        case 2:
-          GemvTRows<2>(j, k, ai, a_rs, w, ci, ldc, accumulate);
-          break;
-        case 3:
-          GemvTRows<3>(j, k, ai, a_rs, w, ci, ldc, accumulate);
-          break;
-        default:
-          GemvTRows<4>(j, k, ai, a_rs, w, ci, ldc, accumulate);
-          break;
-      }
+      kGemvTRows[std::min<size_t>(4, m - i) - 1](j, k, ai, a_rs, w, ci, ldc, accumulate);
     }
   }
   for (; j < n; ++j) {
