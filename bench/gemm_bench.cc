@@ -5,6 +5,8 @@
 #include <hwy/targets.h>
 
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <random>
 #include <vector>
 
@@ -49,6 +51,39 @@ void BM_dvm(benchmark::State& state) {
   set_flops(state, m, n, k);
 }
 
+// B transposed (torch's nn.Linear weight [N, K]: x @ W^T), packed per call as the VM does for
+// weights that are not marked constant.
+void BM_dvm_bt(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Operands o(m, n, k);
+  for (auto _ : state) {
+    dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), 1, k, o.c.data(), n, false);
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, m, n, k);
+}
+
+// B packed ahead of time (constant weights: the VM packs them once and caches the panels), so
+// this is the micro-kernel and A packing alone.
+void BM_dvm_packed(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Operands o(m, n, k);
+  const size_t floats = dvm::vm::cpu::packed_b_floats(k, n);
+  std::unique_ptr<float, void (*)(float*)> packed(
+      static_cast<float*>(::operator new (floats * sizeof(float), std::align_val_t{64})),
+      [](float* p) { ::operator delete (p, std::align_val_t{64}); });
+  dvm::vm::cpu::pack_b(dvm::DType::kF32, k, n, o.b.data(), n, 1, packed.get());
+  const dvm::vm::cpu::PackedB pb{packed.get(), k};
+  for (auto _ : state) {
+    dvm::vm::cpu::gemm_f32_packed(m, n, k, o.a.data(), k, 1, o.b.data(), n, 1, pb, o.c.data(), n,
+                                  false);
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, m, n, k);
+}
+
 // The AVX2 code path (what an AVX2-only machine runs), where this machine supports AVX2.
 void BM_dvm_avx2(benchmark::State& state) {
   if (!(hwy::SupportedTargets() & HWY_AVX2)) {
@@ -85,6 +120,8 @@ void shapes(benchmark::internal::Benchmark* b) {
   for (int64_t s : {64, 128, 256, 384, 512, 768, 1024}) b->Args({s, s, s});
   for (int64_t m : {64, 128, 256})
     for (int64_t k : {768, 3072}) b->Args({m, 256, k});
+  b->Args({256, 512, 768});  // one VM tile of a BERT linear layer (batch 2 x 128 tokens)
+  b->Args({256, 512, 3072});
   for (int64_t m : {1, 4, 16})
     for (int64_t n : {768, 3072}) b->Args({m, n, 768});
   b->MinTime(0.2);
@@ -92,6 +129,8 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_dvm)->Apply(shapes);
+BENCHMARK(BM_dvm_packed)->Apply(shapes);
+BENCHMARK(BM_dvm_bt)->Apply(shapes);
 BENCHMARK(BM_dvm_avx2)->Apply(shapes);
 #ifdef DVM_HAVE_OPENBLAS
 BENCHMARK(BM_openblas)->Apply(shapes);

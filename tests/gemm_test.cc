@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -298,6 +300,39 @@ TEST(Gemm, Half) {
             for (int64_t n : {1, 33})
               for (bool acc : {false, true}) run_half(t, m, n, 291, la, lb, acc, rng);
     run_half(DType::kBF16, 100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+  });
+}
+
+// B packed ahead of time (pack_b: the VM's cached constant weights) gives every bit of the
+// per-call packing, for every B layout, tails of K and of the last panel, and tiles that start
+// at a later panel (as the VM's column tiles do).
+TEST(Gemm, PrePackedBIsBitwisePerCallPacking) {
+  for_each_target([&] {
+    std::mt19937 rng(8);
+    const int64_t nr = gemm_micro_tile().n;
+    for (Layout lb : {Layout::kRowMajor, Layout::kTransposed, Layout::kPadded})
+      for (int64_t m : {5, 14, 23, 40})
+        for (int64_t n : {std::max<int64_t>(nr - 3, 1), 2 * nr + 5})
+          for (int64_t k : {1, 17, 300}) {
+            const Operand a = make_operand(m, k, Layout::kRowMajor, rng);
+            const Operand b = make_operand(k, n, lb, rng);
+            const size_t floats = packed_b_floats(k, n);
+            float* packed =
+                static_cast<float*>(::operator new (floats * sizeof(float), std::align_val_t{64}));
+            pack_b(DType::kF32, k, n, b.data.data(), b.rs, b.cs, packed);
+            for (int64_t j0 : {int64_t{0}, n > nr ? nr : int64_t{0}}) {
+              const int64_t cols = n - j0;
+              std::vector<float> want(static_cast<size_t>(m * cols)), got(want.size());
+              const float* bj = b.data.data() + j0 * b.cs;
+              gemm_f32(m, cols, k, a.data.data(), a.rs, a.cs, bj, b.rs, b.cs, want.data(), cols,
+                       false);
+              gemm_f32_packed(m, cols, k, a.data.data(), a.rs, a.cs, bj, b.rs, b.cs,
+                              PackedB{packed + j0 * k, k}, got.data(), cols, false);
+              EXPECT_EQ(want, got)
+                  << "m=" << m << " n=" << n << " k=" << k << " j0=" << j0 << " B=" << name(lb);
+            }
+            ::operator delete (packed, std::align_val_t{64});
+          }
   });
 }
 

@@ -37,10 +37,16 @@ std::string kinds(const Executable& exe) {
 }
 
 // Runs fused and unfused executables of `g` on the same inputs and compares every output.
-void expect_fused_matches_unfused(const Graph& g, std::vector<HostTensor> inputs,
-                                  double tol = 2e-5) {
+// `unoptimized`: the baseline also skips the rewriting passes (tests of a rewrite).
+void expect_fused_matches_unfused(const Graph& g, std::vector<HostTensor> inputs, double tol = 2e-5,
+                                  bool unoptimized = false) {
   auto fused = compile_or_die(g, true);
-  auto unfused = compile_or_die(g, false);
+  GraphCompileOptions base;
+  base.fuse = false;
+  base.optimize = !unoptimized;
+  auto compiled = Executable::compile(g, base);
+  ASSERT_TRUE(compiled.is_ok()) << compiled.status().to_string();
+  std::shared_ptr<Executable> unfused = *compiled;
   ASSERT_TRUE(fused && unfused);
   auto a = run_graph(*fused, inputs);
   auto b = run_graph(*unfused, inputs);
@@ -313,6 +319,40 @@ TEST(Passes, GatherMovesBelowElementwiseMath) {
     const double xt = in[0].at(i * 12 + (i * 5) % 12);
     EXPECT_NEAR((*out)[0].at(i), -(xt - mx - std::log(sum)), 1e-5);
     EXPECT_EQ((*out)[1].at(i), static_cast<float>(xt + xt));
+  }
+}
+
+// nn.Linear on a [B, S, K] input is a 2-D matmul reshaped back to 3-D; the activation and the
+// elementwise math after it (a bias broadcast over the last dim, another reshaped [B*S, N]
+// value) move above the reshape into the matmul's kernel. An output keeps its place.
+TEST(Passes, ElementwiseMovesAboveReshapeIntoTheMatmulKernel) {
+  GraphBuilder gb("mlp3d");
+  SymExpr b = gb.symbol("B"), s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {b, s, 16});
+  Tensor w1 = gb.input("w1", DType::kF32, {16, 24});
+  Tensor w2 = gb.input("w2", DType::kF32, {24, 8});
+  Tensor bias = gb.input("bias", DType::kF32, {24});
+  Tensor flat = gb.reshape(x, {b * s, 16});
+  Tensor h = gb.reshape(gb.add(gb.matmul(flat, w1), bias), {b, s, 24});
+  Tensor gate = gb.reshape(gb.matmul(flat, w1), {b, s, 24});
+  Tensor act = gb.mul(gb.add(gb.gelu(h), bias), gb.unary(UnaryOp::kSigmoid, gate));
+  gb.output("y", gb.matmul(gb.reshape(act, {b * s, 24}), w2));
+  gb.output("act", gb.unary(UnaryOp::kNeg, h));  // an output: stays below its reshape
+  auto g = gb.build();
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  auto exe = Executable::compile(*g);
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  // Kernels: the two matmuls with everything elementwise after the first (CSE makes one of
+  // them), the second matmul, and the negated output.
+  EXPECT_EQ((*exe)->num_kernels(), 3) << (*exe)->fusion_report();
+  std::mt19937 rng(9);
+  for (auto [bb, ss] : {std::pair<int64_t, int64_t>{1, 1}, {2, 5}, {3, 17}}) {
+    SCOPED_TRACE("B=" + std::to_string(bb) + " S=" + std::to_string(ss));
+    expect_fused_matches_unfused(
+        *g,
+        {random_host(DType::kF32, {bb, ss, 16}, rng), random_host(DType::kF32, {16, 24}, rng),
+         random_host(DType::kF32, {24, 8}, rng), random_host(DType::kF32, {24}, rng)},
+        1e-5, /*unoptimized=*/true);
   }
 }
 

@@ -13,6 +13,7 @@ using graph::Node;
 struct Ctx {
   Rewriter& rw;
   const Node& n;          // source node
+  bool is_output;         // the source node is a graph output
   std::vector<int> args;  // its operands in the new graph
   const Node& arg(size_t i) const { return rw.out().nodes[args[i]]; }
   bool same_type_as(size_t i) const { return arg(i).dtype == n.dtype && arg(i).shape == n.shape; }
@@ -71,6 +72,51 @@ int gather_of(Rewriter& rw, int v, int idx, int axis, int depth) {
     ops[k] = gathered[k] ? gather_of(rw, n.inputs[k], idx, axis, depth - 1) : n.inputs[k];
   if (n.op == GraphOp::kUnary) return rw.em().unary(static_cast<UnaryOp>(n.sub), ops[0]);
   return rw.em().binary(static_cast<BinaryOp>(n.sub), ops[0], ops[1]);
+}
+
+// Do the last `k` dims of `a` and `b` agree (both have at least k)?
+bool same_trailing_dims(const SymShape& a, const SymShape& b, size_t k) {
+  if (a.size() < k || b.size() < k) return false;
+  for (size_t i = 1; i <= k; ++i)
+    if (!(a[a.size() - i] == b[b.size() - i])) return false;
+  return true;
+}
+
+// f(reshape(x)) = reshape(f(x)) for elementwise f: a reshape keeps the elements' order, so the
+// op commutes with it. Moving the reshape below lets f join the kernel that computes x (nn.Linear
+// on a [B, S, K] input is a 2-D matmul whose [B*S, N] result is reshaped before the activation:
+// gelu(reshape(x @ W^T + b)) ran as its own pass over memory). A binary op moves past when
+// both operands are reshapes of equally shaped values, or when the other operand only
+// broadcasts over trailing dims the reshape leaves alone (a bias, a scalar). Not for graph
+// outputs: the reshape of a computed output would then need a copy.
+int elementwise_above_reshape(Ctx& c) {
+  if (c.is_output || (c.n.op != GraphOp::kUnary && c.n.op != GraphOp::kBinary)) return -1;
+  const GraphDef& g = c.rw.out();
+  auto reshaped = [&](size_t i) -> int {
+    const Node& r = c.arg(i);
+    if (r.op != GraphOp::kReshape || !(r.shape == c.n.shape)) return -1;
+    return r.inputs[0];
+  };
+  if (c.n.op == GraphOp::kUnary) {
+    const int x = reshaped(0);
+    if (x < 0) return -1;
+    const int f = c.rw.em().unary(static_cast<UnaryOp>(c.n.sub), x);
+    return c.rw.em().reshape(f, c.n.shape);
+  }
+  int ops[2] = {reshaped(0), reshaped(1)};
+  if (ops[0] >= 0 && ops[1] >= 0) {
+    if (!(g.nodes[ops[0]].shape == g.nodes[ops[1]].shape)) return -1;
+  } else {
+    const int k = ops[0] >= 0 ? 0 : 1;
+    if (ops[k] < 0) return -1;
+    const Node& other = c.arg(1 - k);
+    if (!same_trailing_dims(g.nodes[ops[k]].shape, c.n.shape, other.shape.size())) return -1;
+    ops[1 - k] = c.args[1 - k];
+  }
+  // The reshape's shape is the node's, so the other operand does not broadcast the reshaped
+  // value itself, and over the shared trailing dims it broadcasts over x as it did before.
+  const int f = c.rw.em().binary(static_cast<BinaryOp>(c.n.sub), ops[0], ops[1]);
+  return c.rw.em().reshape(f, c.n.shape);
 }
 
 const Rule kRules[] = {
@@ -183,16 +229,19 @@ const Rule kRules[] = {
        }
        return -1;
      }},
+    {"elementwise_above_reshape", elementwise_above_reshape},
 };
 
 }  // namespace
 
 StatusOr<GraphDef> canonicalize(const GraphDef& g) {
   Rewriter rw(g);
-  return rw.run([&rw, &g](int id) {
+  std::vector<char> is_output(g.nodes.size(), 0);
+  for (int o : g.outputs) is_output[o] = 1;
+  return rw.run([&rw, &g, &is_output](int id) {
     const Node& n = g.nodes[id];
     if (n.op == GraphOp::kInput) return rw.copy(id);
-    Ctx c{rw, n, {}};
+    Ctx c{rw, n, is_output[id] != 0, {}};
     for (int i : n.inputs) c.args.push_back(rw.map(i));
     for (const Rule& r : kRules) {
       int v = r.apply(c);

@@ -170,7 +170,72 @@ struct ConvBF16 {
   float operator()(uint16_t x) const { return bf16_bits_to_f32(x); }
 };
 
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Transposes a 16 x 16 block in registers: on entry v[r] holds row r (16 values along p), on
+// exit v[p] holds column p (the 16 rows' values at p). 64 shuffles for 256 floats, a quarter of
+// what 4 x 4 blocks of 128-bit vectors take.
+HWY_INLINE void Transpose16x16(__m512 v[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4g + q]: rows 4g..4g+3 at p = q, q + 4, q + 8, q + 12 (one per 128-bit lane).
+  for (int g = 0; g < 4; ++g) {
+    const __m512 *lo = &t[4 * g], *hi = &t[4 * g + 2];
+    u[4 * g + 0] = _mm512_shuffle_ps(lo[0], hi[0], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * g + 1] = _mm512_shuffle_ps(lo[0], hi[0], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * g + 2] = _mm512_shuffle_ps(lo[1], hi[1], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * g + 3] = _mm512_shuffle_ps(lo[1], hi[1], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int q = 0; q < 4; ++q) {
+    const __m512 a0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);  // lanes 0, 2 of rows 0-7
+    const __m512 a1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xDD);  // lanes 1, 3
+    const __m512 b0 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
+    const __m512 b1 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xDD);
+    v[q] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+    v[q + 8] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
+    v[q + 4] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+    v[q + 12] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
+  }
+}
+
+// panel[p * kWidth + off + r] = src[r * rs + p] for r < rows <= 16, p < kc: 16 x 16 blocks
+// transposed in registers. Missing rows read as zero; stores cover `lanes` >= rows lanes (B
+// panels store their zero padding with them, A panels exactly their rows), never past them.
+template <size_t kWidth>
+HWY_INLINE void PackRows16(size_t rows, size_t lanes, size_t kc, const float* src, ptrdiff_t rs,
+                           float* HWY_RESTRICT panel) {
+  const __mmask16 store_mask = static_cast<__mmask16>((1u << lanes) - 1);
+  __m512 v[16];
+  for (size_t p = 0; p < kc; p += 16) {
+    const size_t n = std::min<size_t>(16, kc - p);
+    const __mmask16 load_mask = static_cast<__mmask16>((1u << n) - 1);
+    for (size_t r = 0; r < 16; ++r) {
+      v[r] = r < rows ? _mm512_maskz_loadu_ps(load_mask, src + static_cast<ptrdiff_t>(r) * rs + p)
+                      : _mm512_setzero_ps();
+    }
+    Transpose16x16(v);
+    for (size_t q = 0; q < n; ++q)
+      _mm512_mask_storeu_ps(panel + (p + q) * kWidth, store_mask, v[q]);
+  }
+}
+
+// One panel of width kWidth (kMR: A; kNR: a transposed B) from `rows` <= kWidth f32 rows
+// contiguous along p (row r at src + r * rs). A panels get exactly their rows; B panels are
+// zero-padded to kWidth columns.
+template <size_t kWidth = kMR>
+HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t rs,
+                            float* HWY_RESTRICT panel) {
+  constexpr bool kPad = kWidth == kNR;
+  for (size_t r0 = 0; r0 < kWidth; r0 += 16) {
+    const size_t n = rows > r0 ? std::min<size_t>(16, rows - r0) : 0;
+    if (n == 0 && !kPad) break;
+    PackRows16<kWidth>(n, kPad ? std::min<size_t>(16, kWidth - r0) : n, kc,
+                       src + static_cast<ptrdiff_t>(r0) * rs, rs, panel + r0);
+  }
+}
+#elif HWY_TARGET != HWY_SCALAR
 // One panel of width kWidth from `rows` <= kWidth f32 rows contiguous along p (row r at
 // src + r * rs): 4 x 4 blocks are transposed in registers (128-bit vectors exist on every
 // target). Packs A panels (rows of A) and B panels of a transposed B (its columns).
@@ -280,9 +345,11 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
     if constexpr (std::is_same_v<T, float>) {
       if (rs == 1) {  // a transposed B (linear weights [N, K]): columns contiguous along p
         PackRowsF32<kNR>(cols, kc, src, cs, panel);
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)  // the AVX-512 packer pads by itself
         for (size_t p = 0; cols < kNR && p < kc; ++p) {
           for (size_t j = cols; j < kNR; ++j) panel[p * kNR + j] = 0.0f;
         }
+#endif
         continue;
       }
     }

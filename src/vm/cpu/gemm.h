@@ -44,7 +44,8 @@ void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_
 // Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
 // the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
 // [j * NR, j * NR + NR)) at packed + j * K * NR, element (p, c) at [p * NR + c], columns past N
-// zero. packed_b_floats() is its size; pack_b() fills it from any strides, converting f16/bf16.
+// zero. packed_b_floats() is its size; pack_b() fills it (64-byte aligned: it stores whole
+// aligned vectors) from any strides, converting f16/bf16.
 size_t packed_b_floats(int64_t k, int64_t n);
 void pack_b(DType dtype, int64_t k, int64_t n, const void* b, int64_t b_rs, int64_t b_cs,
             float* packed);
