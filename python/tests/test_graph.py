@@ -189,3 +189,37 @@ def test_invalid_symbols_are_errors_not_aborts(args):
         gb.build()
     with pytest.raises(dvm.DvmError, match="symbol"):
         dvm.SymExpr.symbol(*args)
+
+
+_PROFILE_SCRIPT = """
+import numpy as np, dvm
+gb = dvm.GraphBuilder("prof")
+s = gb.symbol("S")
+x = gb.input("x", dvm.DType.F32, [s, 64])
+gb.output("y", gb.gelu(gb.binary(dvm.BinaryOp.MUL, x, x)))
+exe = dvm.Executable.compile(gb.build())
+for n in (3, 5, 5, 5):
+    exe(np.ones((n, 64), np.float32))
+print("ok")
+"""
+
+
+def test_profile_env_prints_a_table_per_kernel_at_exit():
+    """DVM_PROFILE=1 times each kernel launch, first calls (with their encoding) and prepared
+    calls alike, and prints one row per kernel when the process exits; unset, nothing."""
+    import os
+    import subprocess
+    import sys
+
+    def run(value):
+        env = {**os.environ, "DVM_PROFILE": value}
+        return subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT], capture_output=True,
+                              text=True, timeout=120, env=env)
+
+    r = run("1")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    assert "DVM_PROFILE" in r.stderr, r.stderr
+    rows = [line.split() for line in r.stderr.splitlines() if line.startswith("prof_k")]
+    assert len(rows) == 1 and rows[0][1] == "4", r.stderr  # one kernel, four launches
+    r = run("0")
+    assert r.returncode == 0 and "DVM_PROFILE" not in r.stderr, r.stderr

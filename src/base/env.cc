@@ -27,6 +27,7 @@ const EnvKnobs& env() {
     k.num_threads = integer("DVM_NUM_THREADS");
     k.lazy_dump = flag("DVM_LAZY_DUMP");
     k.verify_always = flag("DVM_VERIFY_ALWAYS");
+    k.profile = flag("DVM_PROFILE");
     if (std::getenv("DVM_WEIGHT_CACHE_MB") != nullptr) {
       k.weight_cache_mb = integer("DVM_WEIGHT_CACHE_MB");
     }

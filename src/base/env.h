@@ -2,7 +2,8 @@
 // DVM_DUMP_BYTECODE=1 prints every encoded program to
 // stderr; DVM_NUM_THREADS=n caps the VM's threads; DVM_VERIFY_ALWAYS=1 re-verifies programs on
 // cache hits too (debugging aid); DVM_LAZY_DUMP=1 prints each graph a lazy-tensor flush compiles
-// (plan-cache misses) with its fusion report; DVM_WEIGHT_CACHE_MB=n sizes the packed-weight cache.
+// (plan-cache misses) with its fusion report; DVM_WEIGHT_CACHE_MB=n sizes the packed-weight cache;
+// DVM_PROFILE=1 times every kernel launch and prints a table at exit (base/profile.h).
 #pragma once
 
 namespace dvm::base {
@@ -14,6 +15,7 @@ struct EnvKnobs {
   bool lazy_dump = false;      // DVM_LAZY_DUMP=1: graphs compiled by lazy flushes
   int weight_cache_mb = -1;    // DVM_WEIGHT_CACHE_MB: -1 unset
   bool verify_always = false;  // DVM_VERIFY_ALWAYS=1: re-verify cached programs on every use
+  bool profile = false;        // DVM_PROFILE=1: per-kernel launch times, printed at exit
 };
 
 // Read once, on first use.

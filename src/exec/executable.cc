@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "base/clock.h"
+#include "base/profile.h"
 #include "base/thread_pool.h"
 #include "exec/native_ops.h"
 #include "exec/views.h"
@@ -822,8 +823,13 @@ Status Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const Te
           break;
       }
     }
-    return steps[k.step].kernel->run_launch(*k.launch, data,
-                                            k.any_version ? versions.data() : nullptr);
+    const CompiledKernel& kernel = *steps[k.step].kernel;
+    const uint64_t* v = k.any_version ? versions.data() : nullptr;
+    if (!base::profiling()) return kernel.run_launch(*k.launch, data, v);
+    const double t0 = base::now_us();
+    Status s = kernel.run_launch(*k.launch, data, v);
+    base::profile_record(kernel.kernel().name(), base::now_us() - t0, k.bytes_moved);
+    return s;
   };
   for (size_t w = 0; w < pc.stacked.size(); ++w) {
     const std::vector<int>& small = pc.stacked[w];
@@ -935,12 +941,23 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
       if (!status.is_ok()) break;
       if (std::find(small.begin(), small.end(), s) != small.end()) continue;
       const Step& step = x.steps[s];
+      const double t_start = base::profiling() ? base::now_us() : 0.0;
       if (step.kind == KernelKind::kNative) {
         status = run_native(x, cs, step.native_node);
         ++st.native_launched;
+        if (base::profiling()) {
+          base::profile_record(
+              x.g->name + " native " + graph_op_name(x.g->nodes[step.native_node].op),
+              base::now_us() - t_start, 0);
+        }
         continue;
       }
       status = step.kernel->run(ins[s], outs[s], p->params[s], &rs[s]);
+      if (base::profiling()) {
+        // First calls at a binding include their encoding.
+        base::profile_record(step.kernel->kernel().name(), base::now_us() - t_start,
+                             rs[s].bytes_moved);
+      }
       account(s);
     }
   }
