@@ -396,6 +396,28 @@ def test_inplace_ops_on_intermediates_are_functionalized(monkeypatch):
         assert len(traces) == 1, fn.__name__
 
 
+def test_inplace_detection_reads_operator_names_right():
+    """operator.and_ / or_ are out-of-place bitwise ops (a Qwen2 mask): taking them for
+    in-place ops functionalized the trace, whose guards recompiled every length."""
+    import operator
+
+    from dvm.torch_backend.backend import _has_inplace_ops
+
+    def graph(op, target):  # one node, as Dynamo records it
+        g = torch.fx.Graph()
+        x, y = g.placeholder("x"), g.placeholder("y")
+        g.output(g.create_node(op, target, (x, y)))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    assert not _has_inplace_ops(graph("call_function", operator.and_))
+    assert not _has_inplace_ops(graph("call_function", operator.or_))
+    assert not _has_inplace_ops(graph("call_method", "__and__"))
+    assert _has_inplace_ops(graph("call_function", operator.iadd))
+    assert _has_inplace_ops(graph("call_function", operator.iand))
+    assert _has_inplace_ops(graph("call_method", "add_"))
+    assert _has_inplace_ops(graph("call_function", torch.relu_))
+
+
 @pytest.mark.allow_fallback("the mutated input and the aliasing view stay in PyTorch",
                              kinds=("nodes", "no_dvm"))
 def test_mutation_and_input_aliases_take_aot_autograd():

@@ -161,6 +161,8 @@ def _has_inplace_ops(gm: torch.fx.GraphModule) -> bool:
         if n.op == "call_function":
             if n.target in _INPLACE_OPERATORS:
                 return True
+            if getattr(n.target, "__module__", None) in ("_operator", "operator"):
+                continue  # operator.and_, or_, not_: out of place despite the underscore
             name = getattr(n.target, "__name__", "")
         elif n.op == "call_method":
             name = n.target
