@@ -1,5 +1,7 @@
 // The runtime around the VM: program cache and relocation, statistics, determinism across
 // thread counts, run-time params, staged (workspace) kernels.
+#include <atomic>
+#include <functional>
 #include <sstream>
 
 #include "vm_test_util.h"
@@ -59,6 +61,36 @@ TEST(Runtime, BitwiseIdenticalAcrossThreadCounts) {
     EXPECT_EQ(results[0], results[1]);
     EXPECT_EQ(results[0], results[2]);
   }
+}
+
+// An installed parallel backend (dvm::set_parallel_backend: the torch extension installs
+// torch's pool) runs every part of a launch, with the same bits as DVM's own pool; nullptr
+// restores DVM's pool.
+std::atomic<int> g_backend_launches{0};
+void reversed_serial_backend(int parts, const std::function<void(int)>& task) {
+  g_backend_launches.fetch_add(1);
+  for (int p = parts - 1; p >= 0; --p) task(p);  // any order, any thread
+}
+
+TEST(Runtime, ParallelBackendRunsEveryPartWithTheSameBits) {
+  Kernel k = softmax_kernel();
+  std::mt19937 rng(3);
+  Buffer x = make_buffer(DType::kF32, {600, 900}, rng);
+  CompileOptions opt;
+  opt.num_threads = 3;
+  auto ck = CompiledKernel::create(k, opt).value();
+  Buffer own = make_buffer(DType::kF32, {600, 900}, rng);
+  ASSERT_TRUE(ck->run({&x.arg, 1}, {&own.arg, 1}).is_ok());
+  set_parallel_backend(&reversed_serial_backend);
+  Buffer other = make_buffer(DType::kF32, {600, 900}, rng);
+  const Status s = ck->run({&x.arg, 1}, {&other.arg, 1});
+  set_parallel_backend(nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_GT(g_backend_launches.load(), 0);
+  EXPECT_EQ(own.bytes, other.bytes);
+  const int launches = g_backend_launches.load();
+  ASSERT_TRUE(ck->run({&x.arg, 1}, {&other.arg, 1}).is_ok());
+  EXPECT_EQ(g_backend_launches.load(), launches);  // DVM's pool again
 }
 
 TEST(Runtime, ParamChangesWithoutReencoding) {

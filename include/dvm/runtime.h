@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -92,6 +93,15 @@ WeightCacheStats weight_cache_stats();
 void set_weight_cache_capacity(size_t bytes);
 // Drops every entry and zeroes the counters.
 void clear_weight_cache();
+
+// Runs DVM's parallel work (the tiles of a kernel, stacked small kernels) on another thread
+// pool instead of DVM's own: an application with its own pool (OpenMP, TBB; the torch
+// extension installs torch's intra-op pool) keeps one set of threads on its cores instead of
+// two pools that compete for them. backend(parts, task) must call task(part) once for every
+// part in [0, parts), on any threads, and return when all calls are done; results do not
+// depend on which thread runs a part. nullptr restores DVM's pool.
+using ParallelBackend = void (*)(int parts, const std::function<void(int)>& task);
+void set_parallel_backend(ParallelBackend backend);
 
 class CompiledKernel {
  public:

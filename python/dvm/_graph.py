@@ -10,7 +10,9 @@ _TORCH = None  # (torch.Tensor, dvm._dvm_torch.call) once torch is imported, or 
 
 def _torch_path():
     """torch.Tensor and dvm._dvm_torch.call, once torch has been imported by the user (dvm
-    never imports torch itself) and when the extension was built; else None."""
+    never imports torch itself) and when the extension was built; else None. Importing
+    dvm._dvm_torch also puts DVM's parallel work on torch's intra-op threads (one pool for
+    both: see torch_call.cc)."""
     global _TORCH
     if _TORCH is None:
         if "torch" not in sys.modules:
@@ -32,8 +34,8 @@ def _call(self, *inputs, out=None, stats=False):
     one) unless `out` provides them. Returns the list of outputs, and GraphRunStats after it
     when stats=True. Torch tensors are read, and outputs made, in C++ (dvm._dvm_torch: large
     outputs from blocks kept for reuse) when every input is one that path takes."""
+    path = _torch_path()
     if out is None and not stats:
-        path = _torch_path()
         if path is not None and inputs and isinstance(inputs[0], path[0]):
             n = len(inputs)
             try:

@@ -278,7 +278,7 @@ void bind_executable(nb::module_& m) {
       .def_ro("peak_bytes", &GraphRunStats::peak_bytes)
       .def("__repr__", &stats_repr);
 
-  static const TorchCallApi api{TorchCallApi::kVersion, &torch_api_run};
+  static const TorchCallApi api{TorchCallApi::kVersion, &torch_api_run, &dvm::set_parallel_backend};
   m.attr("_torch_call_api") =
       nb::capsule(static_cast<const void*>(&api), TorchCallApi::kCapsuleName);
 

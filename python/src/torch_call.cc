@@ -8,10 +8,14 @@
 // CPU, torch's negative bit, a dtype DVM lacks) raises NotImplementedError: the caller then
 // uses Executable.call, which reports or handles it.
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 #include <Python.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <atomic>
+#include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +29,36 @@ using dvm::TensorArg;
 using dvm::python::TorchCallApi;
 
 const TorchCallApi* g_api = nullptr;
+
+// DVM's parallel work on torch's intra-op pool (see base::set_parallel_backend): with two pools
+// on the same cores, each spun while the other worked (a DVM call right after a small torch
+// op ran at half speed) and DVM's workers slept through the Python between a compiled model's
+// partitions (~50 us to wake on a VM), where torch's OpenMP threads stay hot. One part per
+// index, as DVM deals its tiles.
+void torch_parallel_for(int parts, const std::function<void(int)>& task) {
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) task(static_cast<int>(p));
+  });
+}
+
+// Does at::parallel_for, as compiled into this module, run on several threads? A torch built
+// with OpenMP needs this module built with -fopenmp against torch's libgomp (python/
+// CMakeLists.txt); otherwise it would run every part on the calling thread, and DVM keeps its
+// own pool.
+bool torch_pool_is_parallel() {
+  if (at::get_num_threads() < 2) return true;  // nothing to lose; follows later thread changes
+#if defined(_OPENMP) || !AT_PARALLEL_OPENMP
+  std::atomic<int> entered{0};
+  std::vector<std::thread::id> ids(2);
+  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) ids[static_cast<size_t>(p)] = std::this_thread::get_id();
+    entered.fetch_add(1);
+  });
+  return entered.load() == 2 && ids[0] != ids[1];
+#else
+  return false;
+#endif
+}
 
 // DVM's dtypes and torch's, both ways.
 constexpr std::pair<c10::ScalarType, DType> kDTypes[] = {
@@ -202,5 +236,7 @@ PyMODINIT_FUNC PyInit__dvm_torch() {
     PyErr_SetString(PyExc_ImportError, "dvm._dvm_torch does not match dvm._dvm: reinstall dvm");
     return nullptr;
   }
-  return PyModule_Create(&module);
+  PyObject* m = PyModule_Create(&module);
+  if (m != nullptr && torch_pool_is_parallel()) g_api->set_parallel_backend(&torch_parallel_for);
+  return m;
 }

@@ -16,7 +16,7 @@
 namespace dvm::python {
 
 struct TorchCallApi {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;
   static constexpr const char* kCapsuleName = "dvm._dvm._torch_call_api";
 
   int version = kVersion;
@@ -29,6 +29,10 @@ struct TorchCallApi {
   // kernels. 0, or -1 with a Python exception set (dvm.DvmError for a DVM error).
   int (*run)(PyObject* exe, const std::vector<TensorArg>& inputs,
              const Allocate& allocate) = nullptr;
+  // Runs DVM's parallel work on the given pool (base::set_parallel_backend): `_dvm_torch`
+  // installs torch's intra-op pool when it loads.
+  void (*set_parallel_backend)(void (*backend)(int parts,
+                                               const std::function<void(int)>& task)) = nullptr;
 };
 
 }  // namespace dvm::python

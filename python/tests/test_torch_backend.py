@@ -814,3 +814,49 @@ def test_variance_divides_by_max_of_zero_and_n_minus_correction(shape, correctio
         got = torch.compile(fn, backend="dvm", dynamic=True)(x)
         torch.testing.assert_close(got, fn(x), equal_nan=True)
     assert tb.stats().get("dvm_partitions", 0) >= 1
+
+
+def test_kernels_share_torchs_threads_under_concurrent_torch_work():
+    """With torch present DVM's kernels run on torch's intra-op pool (one pool on the cores
+    instead of two competing ones): compiled DVM calls from several Python threads, while
+    other threads run torch ops, give eager's results and finish (no deadlock between the
+    pools)."""
+    import threading
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        def fn(x, w):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+        compiled = torch.compile(fn, backend="dvm", dynamic=True)
+        x, w = torch.randn(256, 1024), torch.randn(1024)
+        want = fn(x, w)
+        torch.testing.assert_close(compiled(x, w), want)
+        a = torch.randn(192, 192)
+        errors, stop = [], threading.Event()
+
+        def dvm_loop():
+            try:
+                for _ in range(40):
+                    torch.testing.assert_close(compiled(x, w), want)
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errors.append(e)
+
+        def torch_loop():
+            while not stop.is_set():
+                torch.mm(a, a)
+
+        workers = [threading.Thread(target=dvm_loop) for _ in range(2)]
+        others = [threading.Thread(target=torch_loop) for _ in range(2)]
+        for t in others + workers:
+            t.start()
+        for t in workers:
+            t.join(timeout=120)
+        stop.set()
+        for t in others:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in workers + others), "deadlock"
+        assert not errors, errors[0]
+    finally:
+        torch.set_num_threads(before)

@@ -16,5 +16,6 @@ int kernel_threads(int requested);
 
 // Runs fn(part) for part in [0, parts) concurrently; parts <= number of threads is typical.
 void parallel_for(int parts, const std::function<void(int)>& fn);
+// parallel_for runs on the pool dvm::set_parallel_backend (dvm/runtime.h) installed, if any.
 
 }  // namespace dvm::base

@@ -115,6 +115,9 @@ def _install(torch):
         return
     _tensors._bind(torch)
     from ._handlers import HANDLERS  # imports torch's op namespaces: only once a mode runs
+    from .._graph import _torch_path
+
+    _torch_path()  # flushes run on torch's intra-op threads, as the ops around them
 
     _HANDLERS = HANDLERS
     _graph_task_id = torch._C._current_graph_task_id
