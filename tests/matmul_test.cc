@@ -507,5 +507,38 @@ TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
   }
 }
 
+// Column blocks are dealt evenly: a product whose preferred tiles give a block count the
+// threads do not divide (N = 2304: 5 blocks of 480) is split into a multiple of the threads
+// (6 of 384), with every bit as on one thread.
+TEST(MatMul, ColumnBlocksDivideAmongThreads) {
+  KernelBuilder kb("qkv");
+  Value x = kb.load("x", DType::kF32, {kb.symbol("S"), 32});
+  Value w = kb.load("w", DType::kF32, {2304, 32});
+  kb.store("y", kb.matmul(x, w, false, true));
+  Kernel k = kb.build().value();
+  std::mt19937 rng(14);
+  Buffer wb = make_buffer(DType::kF32, {2304, 32}, rng);
+  Buffer xb = make_buffer(DType::kF32, {200, 32}, rng);
+  std::vector<std::vector<char>> results;
+  for (int threads : {1, 2, 3}) {
+    CompileOptions o;
+    o.num_threads = threads;
+    auto ck = CompiledKernel::create(k, o).value();
+    Buffer y = make_buffer(DType::kF32, {200, 2304}, rng);
+    const TensorArg in[] = {xb.arg, wb.arg}, out[] = {y.arg};
+    ASSERT_TRUE(ck->run(in, out).is_ok());
+    results.push_back(y.bytes);
+    const std::string dis = ck->disassemble(in, out).value();
+    const size_t at = dis.find(" grid ");
+    ASSERT_NE(at, std::string::npos) << dis;
+    const int64_t grid = std::stoll(dis.substr(at + 6));
+    if (threads > 1) {
+      EXPECT_EQ(grid % threads, 0) << threads << " threads:\n" << dis;
+    }
+  }
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
 }  // namespace
 }  // namespace dvm::testing
