@@ -954,6 +954,77 @@ TEST(Executable, OutputsThatAreInputsOrViewsAreCopied) {
   }
 }
 
+// An output that reshapes a computed value (nn.Linear on a 3-D input: a 2-D matmul reshaped
+// back) is written in place by the kernel that computes it: no copy kernel, no copy at the
+// end. A caller's strided output still gets every value (the value then lives in the arena
+// and is copied), and so does the same reshape listed twice.
+TEST(Executable, OutputReshapingAComputedValueIsWrittenInPlace) {
+  GraphBuilder gb("lin3d");
+  SymExpr b = gb.symbol("B"), s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {b, s, 8});
+  Tensor w = gb.input("w", DType::kF32, {8, 5});
+  Tensor y = gb.reshape(gb.binary(BinaryOp::kAdd, gb.matmul(gb.reshape(x, {b * s, 8}), w), 1.0),
+                        {b, s, 5});
+  gb.output("y", y);
+  auto g = *gb.build();
+  auto exe = compile_or_die(g);
+  EXPECT_EQ(exe->num_kernels(), 1) << exe->fusion_report();
+  std::mt19937 rng(10);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {2, 3, 8}, rng),
+                                random_host(DType::kF32, {8, 5}, rng)};
+  const auto want = [&](int64_t r, int64_t j) {
+    double acc = 1.0;
+    for (int64_t p = 0; p < 8; ++p) acc += double(in[0].at(r * 8 + p)) * in[1].at(p * 5 + j);
+    return acc;
+  };
+  GraphRunStats st;
+  auto out = run_graph(*exe, in, &st);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(st.native_launched, 0);  // no copy at the end
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t j = 0; j < 5; ++j) EXPECT_NEAR((*out)[0].at(r * 5 + j), want(r, j), 1e-5);
+  // A strided output: rows of 7 floats for 5 values.
+  std::vector<float> padded(2 * 3 * 7, -777.0f);
+  TensorArg o;
+  o.data = padded.data();
+  o.shape = {2, 3, 5};
+  o.strides = {21, 7, 1};
+  std::vector<TensorArg> ins = {in[0].arg(), in[1].arg()};
+  ASSERT_TRUE(exe->run(ins, {&o, 1}).is_ok());
+  for (int64_t r = 0; r < 6; ++r) {
+    for (int64_t j = 0; j < 7; ++j) {
+      const float got = padded[static_cast<size_t>(r * 7 + j)];
+      if (j < 5) {
+        EXPECT_NEAR(got, want(r, j), 1e-5) << r << "," << j;
+      } else {
+        EXPECT_EQ(got, -777.0f) << r << "," << j;  // padding untouched
+      }
+    }
+  }
+  // The same output twice, and next to the value's own consumer.
+  GraphBuilder gb2("twice");
+  Tensor x2 = gb2.input("x", DType::kF32, {gb2.symbol("N"), 4});
+  Tensor e = gb2.unary(UnaryOp::kExp, x2);
+  Tensor r2 = gb2.reshape(e, {-1});
+  gb2.output("a", r2);
+  gb2.output("b", r2);
+  gb2.output("sum", gb2.reduce(ReduceOp::kSum, e, {1}));
+  auto exe2 = compile_or_die(*gb2.build());
+  std::vector<HostTensor> in2 = {random_host(DType::kF32, {3, 4}, rng)};
+  auto out2 = run_graph(*exe2, in2);
+  ASSERT_TRUE(out2.is_ok()) << out2.status().to_string();
+  for (int64_t i = 0; i < 3; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < 4; ++j) {
+      const float v = std::exp(in2[0].at(i * 4 + j));
+      EXPECT_NEAR((*out2)[0].at(i * 4 + j), v, 1e-6 * v);
+      EXPECT_EQ((*out2)[1].at(i * 4 + j), (*out2)[0].at(i * 4 + j));
+      sum += (*out2)[0].at(i * 4 + j);
+    }
+    EXPECT_NEAR((*out2)[2].at(i), sum, 1e-5 * sum);
+  }
+}
+
 }  // namespace
 }  // namespace dvm::testing
 

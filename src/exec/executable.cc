@@ -128,8 +128,12 @@ struct Executable::Impl {
   std::vector<Step> steps;
   std::vector<std::string> symbols;  // binding key order
   std::vector<int> output_index;     // node -> first output slot holding it, -1
-  std::vector<int> buffer_slot;      // node -> arena slot, -1
-  std::vector<char> needs_shape;     // node -> its concrete shape is used per call
+  // node -> output whose memory holds this computed value (the output reshapes it; see the
+  // fuser), -1. Used when the caller's output is contiguous; else the value keeps its arena
+  // slot and the output gets a copy at the end.
+  std::vector<int> alias_output;
+  std::vector<int> buffer_slot;   // node -> arena slot, -1
+  std::vector<char> needs_shape;  // node -> its concrete shape is used per call
   std::vector<std::vector<int>> slot_buffers;
   std::vector<std::vector<int>> waves;  // steps with no dependency path between them
 
@@ -265,6 +269,15 @@ void Executable::Impl::plan_memory() {
     }
   }
   for (int o : g->outputs) last[fuser::storage_root(*g, plan, o)] = end;
+  alias_output.assign(n, -1);
+  for (size_t k = 0; k < g->outputs.size(); ++k) {
+    const int o = g->outputs[k];
+    if (plan.role[o] != Role::kView || output_index[o] != static_cast<int>(k)) continue;
+    const int src = g->nodes[o].inputs[0];
+    if (plan.role[src] == Role::kCompute && output_index[src] < 0 && alias_output[src] < 0) {
+      alias_output[src] = static_cast<int>(k);
+    }
+  }
   // Shapes needed per call: stored values, inputs, views (resolved to strided arguments),
   // outputs, and whatever native ops and kernel loads read.
   needs_shape.assign(n, 0);
@@ -582,15 +595,28 @@ TensorArg with_strides(TensorArg t) {
   return t;
 }
 
-// Where a compute node's value lives: the caller's output or its arena slot.
+// Row-major contiguous (a caller's output may have any strides)?
+bool is_contiguous(const TensorArg& t) {
+  return t.strides.empty() || t.strides == exec::contiguous_strides(t.shape);
+}
+
+// Where a compute node's value lives: the caller's output (its own, or one that reshapes it,
+// when contiguous) or its arena slot.
 TensorArg CallState::storage(int id) {
   const Node& n = x_.g->nodes[id];
   if (x_.output_index[id] >= 0) return with_strides(out_[x_.output_index[id]]);
   TensorArg t;
-  t.data = arena_->data + p_.slot_offset[x_.buffer_slot[id]];
   t.dtype = n.dtype;
   t.shape = p_.shapes[id];
   t.strides = exec::contiguous_strides(t.shape);
+  const int alias = x_.alias_output[id];
+  if (alias >= 0 && is_contiguous(out_[alias])) {
+    t.data = out_[alias].data;
+    t.offset = out_[alias].offset;
+    t.storage_elems = out_[alias].storage_elems;
+    return t;
+  }
+  t.data = arena_->data + p_.slot_offset[x_.buffer_slot[id]];
   return t;
 }
 
@@ -965,6 +991,11 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
   for (size_t k = 0; k < outputs.size() && status.is_ok(); ++k) {
     int o = x.g->outputs[k];
     if (x.plan.role[o] == Role::kCompute && x.output_index[o] == static_cast<int>(k)) continue;
+    if (x.plan.role[o] == Role::kView && x.output_index[o] == static_cast<int>(k) &&
+        x.alias_output[x.g->nodes[o].inputs[0]] == static_cast<int>(k) &&
+        is_contiguous(outputs[k])) {
+      continue;  // its kernel wrote it in place
+    }
     StatusOr<TensorArg> src = cs.resolve(o);
     if (!src.is_ok()) {
       status = src.status();

@@ -97,6 +97,9 @@ void Fuser::classify() {
   plan_.group_of.assign(n, -1);
   std::vector<char> is_output(n, 0);
   for (int o : g_.outputs) is_output[o] = 1;
+  std::vector<int> uses(n, 0);
+  for (const Node& nd : g_.nodes)
+    for (int in : nd.inputs) ++uses[in];
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g_.nodes[i];
     if (nd.op == GraphOp::kInput) {
@@ -107,6 +110,15 @@ void Fuser::classify() {
       // A view of a scalar (expand(constant), torch.full) is a scalar everywhere: inlined into
       // its consumers' kernels like the constant itself.
       plan_.role[i] = plan_.role[nd.inputs[0]] == Role::kScalar ? Role::kScalar : Role::kView;
+    } else if (nd.op == GraphOp::kReshape && is_output[i] && uses[i] == 0 &&
+               plan_.role[nd.inputs[0]] == Role::kCompute && !is_output[nd.inputs[0]] &&
+               node(nd.inputs[0]).op != GraphOp::kConstant) {
+      // An output that reshapes a computed value (nn.Linear on a [B, S, K] input returns its
+      // 2-D matmul reshaped; a language model's logits): a view, and the kernel computing the
+      // value writes it straight into the output's memory (the executable aliases them),
+      // instead of a copy kernel. Only for an output nothing else reads: a view read inside a
+      // kernel becomes part of that kernel (an in-kernel view), not a stored value.
+      plan_.role[i] = Role::kView;
     }
     // A reshape of a permuted, sliced or broadcast view is not a strided view in general
     // (merging dims needs them contiguous): materialise the view it reads (a copy kernel) so
@@ -438,6 +450,7 @@ void Fuser::compute_stores() {
   }
   for (int o : g_.outputs) {
     if (plan_.role[o] == Role::kCompute) stored[o] = 1;
+    if (plan_.role[o] == Role::kView) mark(o, -1);  // an output reshaping a computed value
   }
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     if (stored[i]) plan_.groups[plan_.group_of[i]].stores.push_back(static_cast<int>(i));
