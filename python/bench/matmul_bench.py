@@ -75,6 +75,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    # DVM's kernels run on torch's intra-op pool; their part count follows DVM's own setting,
+    # read when the first kernel compiles: the same thread count for both sides.
+    os.environ["DVM_NUM_THREADS"] = str(args.threads)
     reps = 3 if args.quick else 9
     square = [64, 256, 1024] if args.quick else [64, 128, 256, 512, 1024, 2048]
     seqs = [1, 128] if args.quick else [1, 16, 128, 512]

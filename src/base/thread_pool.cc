@@ -49,14 +49,14 @@ bool spin_while(F busy, int us) {
 
 // How long an idle worker spins before it blocks: long enough to catch the next launch when
 // launches come in a steady stream, short when they do not. Waking a blocked worker took ~50
-// us on a 2-vCPU VM, so a launch after a 100 us gap (a torch.compile'd model: Dynamo's guards
-// and Python between its partitions) found the worker asleep and ran mostly on the caller's
-// thread (rmsnorm over 1M elements, 2 threads: 155 us back to back, 203 us after 100 us of
-// Python). Spinning always long kept a core busy that torch's OpenMP threads wanted for the
-// op issued next (a torch matmul interleaved with a DVM call ran 22% slower with 200 us of
-// spinning, 2% with 30 us). So the spin follows the recent gaps between launches: a gap up
-// to kMaxAdaptiveGapUs is caught (spin 1.5x the typical gap), a longer one (a torch op in
-// between, or an idle program) gets only the base spin.
+// us on a 2-vCPU VM, so a launch after a 100 us gap (Python between calls) found the worker
+// asleep and ran mostly on the caller's thread (rmsnorm over 1M elements, 2 threads: 155 us
+// back to back, 203 us after 100 us of Python). Spinning always long keeps a core busy that
+// another pool may want (before DVM ran on torch's pool when torch is present, a torch matmul
+// interleaved with DVM calls ran 22% slower with 200 us of spinning, 2% with 30 us). So the
+// spin follows the recent gaps between launches: a gap up to kMaxAdaptiveGapUs is caught (spin
+// 1.5x the typical gap), a longer one (other work in between, an idle program) gets the base
+// spin.
 constexpr int kWorkerSpinUs = 30;
 constexpr int kMaxAdaptiveGapUs = 300;
 constexpr int kCallerSpinUs = 500;
