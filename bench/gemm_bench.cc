@@ -39,29 +39,27 @@ void set_flops(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_dvm(benchmark::State& state) {
+// B packed per call from b_rs, b_cs strides (the VM's path for weights not marked constant).
+void run_gemm(benchmark::State& state, bool transposed_b) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Operands o(m, n, k);
-  dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), n, 1, o.c.data(), n, false);
+  const int64_t b_rs = transposed_b ? 1 : n, b_cs = transposed_b ? k : 1;
+  dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), b_rs, b_cs, o.c.data(), n, false);
   for (auto _ : state) {
-    dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), n, 1, o.c.data(), n, false);
+    dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), b_rs, b_cs, o.c.data(), n, false);
     benchmark::DoNotOptimize(o.c.data());
     benchmark::ClobberMemory();
   }
   set_flops(state, m, n, k);
 }
 
-// B transposed (torch's nn.Linear weight [N, K]: x @ W^T), packed per call as the VM does for
-// weights that are not marked constant.
+void BM_dvm(benchmark::State& state) {
+  run_gemm(state, false);
+}
+
+// B transposed (torch's nn.Linear weight [N, K]: x @ W^T).
 void BM_dvm_bt(benchmark::State& state) {
-  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  Operands o(m, n, k);
-  for (auto _ : state) {
-    dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), 1, k, o.c.data(), n, false);
-    benchmark::DoNotOptimize(o.c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, m, n, k);
+  run_gemm(state, true);
 }
 
 // B packed ahead of time (constant weights: the VM packs them once and caches the panels), so

@@ -480,28 +480,43 @@ TEST(MatMulWeightCache, ConcurrentCallsWithEvictionsAndNewVersions) {
 // A linear layer at decode-sized and slightly larger row counts gives the same bits at any
 // thread count: whether W is read in place (up to 16 rows) is decided by the product's rows,
 // not by the tiles a thread count splits them into.
-TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
-  KernelBuilder kb("linear");
-  Value x = kb.load("x", DType::kF32, {kb.symbol("S"), 64});
-  Value w = kb.load("w", DType::kF32, {96, 64});
+// y = x @ w^T with x [S, k_dim] (S symbolic) and w [n, k_dim]: nn.Linear without bias.
+Kernel linear_kernel(const char* name, int64_t n, int64_t k_dim) {
+  KernelBuilder kb(name);
+  Value x = kb.load("x", DType::kF32, {kb.symbol("S"), k_dim});
+  Value w = kb.load("w", DType::kF32, {n, k_dim});
   kb.store("y", kb.matmul(x, w, false, true));
-  Kernel k = kb.build().value();
+  return kb.build().value();
+}
+
+// The output bytes of `k` on `in` compiled for 1, 2 and 3 threads; `disassembly` (if given)
+// receives each compilation's program text.
+std::vector<std::vector<char>> run_on_1_2_3_threads(
+    const Kernel& k, std::vector<TensorArg> in, const std::vector<int64_t>& out_shape,
+    std::mt19937& rng, std::vector<std::string>* disassembly = nullptr) {
+  std::vector<std::vector<char>> results;
+  for (int threads : {1, 2, 3}) {
+    CompileOptions o;
+    o.num_threads = threads;
+    auto ck = CompiledKernel::create(k, o).value();
+    Buffer y = make_buffer(DType::kF32, out_shape, rng);
+    const TensorArg out[] = {y.arg};
+    EXPECT_TRUE(ck->run(in, out).is_ok());
+    results.push_back(y.bytes);
+    if (disassembly != nullptr) disassembly->push_back(ck->disassemble(in, out).value());
+  }
+  return results;
+}
+
+TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
+  Kernel k = linear_kernel("linear", 96, 64);
   std::mt19937 rng(13);
   Buffer wb = make_buffer(DType::kF32, {96, 64}, rng);
   for (int64_t s : {1, 5, 16, 17, 32, 40}) {
     Buffer xb = make_buffer(DType::kF32, {s, 64}, rng);
     expect_matches_reference(k, {xb, wb}, Tolerance{mm_tol(64).abs, 1e-4}, {},
                              "S=" + std::to_string(s));
-    std::vector<std::vector<char>> results;
-    for (int threads : {1, 2, 3}) {
-      CompileOptions o;
-      o.num_threads = threads;
-      auto ck = CompiledKernel::create(k, o).value();
-      Buffer y = make_buffer(DType::kF32, {s, 96}, rng);
-      const TensorArg in[] = {xb.arg, wb.arg}, out[] = {y.arg};
-      ASSERT_TRUE(ck->run(in, out).is_ok());
-      results.push_back(y.bytes);
-    }
+    const auto results = run_on_1_2_3_threads(k, {xb.arg, wb.arg}, {s, 96}, rng);
     EXPECT_EQ(results[0], results[1]) << "S=" << s;
     EXPECT_EQ(results[0], results[2]) << "S=" << s;
   }
@@ -511,30 +526,17 @@ TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
 // threads do not divide (N = 2304: 5 blocks of 480) is split into a multiple of the threads
 // (6 of 384), with every bit as on one thread.
 TEST(MatMul, ColumnBlocksDivideAmongThreads) {
-  KernelBuilder kb("qkv");
-  Value x = kb.load("x", DType::kF32, {kb.symbol("S"), 32});
-  Value w = kb.load("w", DType::kF32, {2304, 32});
-  kb.store("y", kb.matmul(x, w, false, true));
-  Kernel k = kb.build().value();
+  Kernel k = linear_kernel("qkv", 2304, 32);
   std::mt19937 rng(14);
   Buffer wb = make_buffer(DType::kF32, {2304, 32}, rng);
   Buffer xb = make_buffer(DType::kF32, {200, 32}, rng);
-  std::vector<std::vector<char>> results;
-  for (int threads : {1, 2, 3}) {
-    CompileOptions o;
-    o.num_threads = threads;
-    auto ck = CompiledKernel::create(k, o).value();
-    Buffer y = make_buffer(DType::kF32, {200, 2304}, rng);
-    const TensorArg in[] = {xb.arg, wb.arg}, out[] = {y.arg};
-    ASSERT_TRUE(ck->run(in, out).is_ok());
-    results.push_back(y.bytes);
-    const std::string dis = ck->disassemble(in, out).value();
+  std::vector<std::string> programs;
+  const auto results = run_on_1_2_3_threads(k, {xb.arg, wb.arg}, {200, 2304}, rng, &programs);
+  for (int threads : {2, 3}) {
+    const std::string& dis = programs[static_cast<size_t>(threads - 1)];
     const size_t at = dis.find(" grid ");
     ASSERT_NE(at, std::string::npos) << dis;
-    const int64_t grid = std::stoll(dis.substr(at + 6));
-    if (threads > 1) {
-      EXPECT_EQ(grid % threads, 0) << threads << " threads:\n" << dis;
-    }
+    EXPECT_EQ(std::stoll(dis.substr(at + 6)) % threads, 0) << threads << " threads:\n" << dis;
   }
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(results[0], results[2]);
