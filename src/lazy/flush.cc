@@ -10,6 +10,7 @@
 //      builder cannot prove) and compiles it;
 //   5. run into the stored values' memory.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -377,7 +378,10 @@ Status GraphMaker::check(const Node& n, GTensor t) {
 }
 
 StatusOr<Graph> GraphMaker::make(std::vector<int>* specialise) {
-  gb_ = std::make_unique<GraphBuilder>("lazy");
+  // One name per compiled plan ("lazy0", "lazy1", ...): kernel names (DVM_PROFILE's rows,
+  // DVM_DUMP_BYTECODE's programs) then tell different traces apart.
+  static std::atomic<int64_t> plans_made{0};
+  gb_ = std::make_unique<GraphBuilder>("lazy" + std::to_string(plans_made.fetch_add(1)));
   syms_.clear();
   bindings_.clear();
   for (size_t c = 0; c < p_.class_values.size(); ++c) {
