@@ -30,7 +30,7 @@ using dvm::python::TorchCallApi;
 
 const TorchCallApi* g_api = nullptr;
 
-// DVM's parallel work on torch's intra-op pool (see base::set_parallel_backend): with two pools
+// DVM's parallel work on torch's intra-op pool (dvm::set_parallel_backend): with two pools
 // on the same cores, each spun while the other worked (a DVM call right after a small torch
 // op ran at half speed) and DVM's workers slept through the Python between a compiled model's
 // partitions (~50 us to wake on a VM), where torch's OpenMP threads stay hot. One part per

@@ -29,10 +29,9 @@ struct TorchCallApi {
   // kernels. 0, or -1 with a Python exception set (dvm.DvmError for a DVM error).
   int (*run)(PyObject* exe, const std::vector<TensorArg>& inputs,
              const Allocate& allocate) = nullptr;
-  // Runs DVM's parallel work on the given pool (base::set_parallel_backend): `_dvm_torch`
-  // installs torch's intra-op pool when it loads.
-  void (*set_parallel_backend)(void (*backend)(int parts,
-                                               const std::function<void(int)>& task)) = nullptr;
+  // dvm::set_parallel_backend of `_dvm`'s copy of the library: `_dvm_torch` installs torch's
+  // intra-op pool when it loads.
+  void (*set_parallel_backend)(ParallelBackend backend) = nullptr;
 };
 
 }  // namespace dvm::python

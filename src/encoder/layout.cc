@@ -173,9 +173,9 @@ void choose_matmul_tiling(Layout* L, const bc::Target& target, int threads) {
   // A row-wise reduction in the tile needs whole rows (a single pass).
   if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
   // More blocks for the threads (one thread runs the preferred tiles as they are: a split only
-  // repacks): each block packs its own K x cols slice of B and rows x K
-  // slice of A, so splitting rows repacks B and splitting columns repacks A. Split the side
-  // whose split repacks less (small M, e.g. decode and short sequences: split N).
+  // repacks): each block packs its own K x cols slice of B and rows x K slice of A, so
+  // splitting rows repacks B and splitting columns repacks A. Split the side whose split
+  // repacks less (small M, e.g. decode and short sequences: split N).
   while (threads > 1 && grid_size(*L, chunk) < 2 * threads) {
     bool can_rows = chunk[L->row] >= 32;
     bool can_cols =

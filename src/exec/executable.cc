@@ -577,6 +577,9 @@ class CallState {
   StatusOr<TensorArg> resolve(int id);
   StatusOr<TensorArg> resolve_load(const fuser::LoadSpec& l);
   TensorArg storage(int id);
+  // The output whose memory holds computed value `id` at this call (an output reshaping it,
+  // contiguous), or -1.
+  int output_alias(int id) const;
   const SymBindings& bindings() const { return p_.bindings; }
   bool copied_operands() const { return !temps_.empty(); }
 
@@ -600,6 +603,11 @@ bool is_contiguous(const TensorArg& t) {
   return t.strides.empty() || t.strides == exec::contiguous_strides(t.shape);
 }
 
+int CallState::output_alias(int id) const {
+  const int k = x_.alias_output[id];
+  return k >= 0 && is_contiguous(out_[k]) ? k : -1;
+}
+
 // Where a compute node's value lives: the caller's output (its own, or one that reshapes it,
 // when contiguous) or its arena slot.
 TensorArg CallState::storage(int id) {
@@ -609,8 +617,8 @@ TensorArg CallState::storage(int id) {
   t.dtype = n.dtype;
   t.shape = p_.shapes[id];
   t.strides = exec::contiguous_strides(t.shape);
-  const int alias = x_.alias_output[id];
-  if (alias >= 0 && is_contiguous(out_[alias])) {
+  const int alias = output_alias(id);
+  if (alias >= 0) {
     t.data = out_[alias].data;
     t.offset = out_[alias].offset;
     t.storage_elems = out_[alias].storage_elems;
@@ -991,9 +999,8 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
   for (size_t k = 0; k < outputs.size() && status.is_ok(); ++k) {
     int o = x.g->outputs[k];
     if (x.plan.role[o] == Role::kCompute && x.output_index[o] == static_cast<int>(k)) continue;
-    if (x.plan.role[o] == Role::kView && x.output_index[o] == static_cast<int>(k) &&
-        x.alias_output[x.g->nodes[o].inputs[0]] == static_cast<int>(k) &&
-        is_contiguous(outputs[k])) {
+    if (x.plan.role[o] == Role::kView &&
+        cs.output_alias(x.g->nodes[o].inputs[0]) == static_cast<int>(k)) {
       continue;  // its kernel wrote it in place
     }
     StatusOr<TensorArg> src = cs.resolve(o);

@@ -111,8 +111,7 @@ void Fuser::classify() {
       // its consumers' kernels like the constant itself.
       plan_.role[i] = plan_.role[nd.inputs[0]] == Role::kScalar ? Role::kScalar : Role::kView;
     } else if (nd.op == GraphOp::kReshape && is_output[i] && uses[i] == 0 &&
-               plan_.role[nd.inputs[0]] == Role::kCompute && !is_output[nd.inputs[0]] &&
-               node(nd.inputs[0]).op != GraphOp::kConstant) {
+               plan_.role[nd.inputs[0]] == Role::kCompute && !is_output[nd.inputs[0]]) {
       // An output that reshapes a computed value (nn.Linear on a [B, S, K] input returns its
       // 2-D matmul reshaped; a language model's logits): a view, and the kernel computing the
       // value writes it straight into the output's memory (the executable aliases them),

@@ -238,7 +238,8 @@ HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t 
 #elif HWY_TARGET != HWY_SCALAR
 // One panel of width kWidth from `rows` <= kWidth f32 rows contiguous along p (row r at
 // src + r * rs): 4 x 4 blocks are transposed in registers (128-bit vectors exist on every
-// target). Packs A panels (rows of A) and B panels of a transposed B (its columns).
+// target). Packs A panels (rows of A: exactly their rows) and B panels of a transposed B (its
+// columns, zero-padded to kWidth), as the AVX-512 packer above.
 template <size_t kWidth = kMR>
 HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t rs,
                             float* HWY_RESTRICT panel) {
@@ -271,6 +272,11 @@ HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t 
   for (; r < rows; ++r) {
     const float* s = src + static_cast<ptrdiff_t>(r) * rs;
     for (size_t p = 0; p < kc; ++p) panel[p * kWidth + r] = s[p];
+  }
+  if constexpr (kWidth == kNR) {
+    for (size_t p = 0; rows < kNR && p < kc; ++p) {
+      for (size_t j = rows; j < kNR; ++j) panel[p * kNR + j] = 0.0f;
+    }
   }
 }
 #endif
@@ -344,12 +350,7 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (std::is_same_v<T, float>) {
       if (rs == 1) {  // a transposed B (linear weights [N, K]): columns contiguous along p
-        PackRowsF32<kNR>(cols, kc, src, cs, panel);
-#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)  // the AVX-512 packer pads by itself
-        for (size_t p = 0; cols < kNR && p < kc; ++p) {
-          for (size_t j = cols; j < kNR; ++j) panel[p * kNR + j] = 0.0f;
-        }
-#endif
+        PackRowsF32<kNR>(cols, kc, src, cs, panel);  // zero-pads the columns past n
         continue;
       }
     }
