@@ -247,6 +247,20 @@ TEST(Gemm, Layouts) {
   });
 }
 
+// f32 products with a transposed B (nn.Linear's W [N, K]) read W in place on AVX-512: x in
+// 32-row panels, W rows 14 at a time. Rows around the panel edge, columns around the 14-row
+// groups, K across blocks, A row-major or transposed, accumulate on and off.
+TEST(Gemm, TransposedBReadInPlace) {
+  for_each_target([&] {
+    std::mt19937 rng(9);
+    for (int64_t m : {5, 32, 33, 100})
+      for (int64_t n : {1, 13, 14, 15, 29, 100})
+        for (int64_t k : {1, 17, 257, 600})
+          for (Layout la : {Layout::kRowMajor, Layout::kTransposed})
+            run_f32(m, n, k, la, Layout::kTransposed, (m + n + k) % 2 == 1, rng);
+  });
+}
+
 TEST(Gemm, Medium) {
   for_each_target([&] {
     std::mt19937 rng(5);
@@ -262,6 +276,7 @@ TEST(Gemm, Medium) {
 TEST(Gemm, Large) {
   std::mt19937 rng(6);
   run_f32(384, 768, 768, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+  run_f32(384, 768, 768, Layout::kRowMajor, Layout::kTransposed, true, rng);
 }
 
 // Half inputs: the operands are rounded to f16 / bf16; the reference uses the rounded values.

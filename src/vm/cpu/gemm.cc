@@ -73,10 +73,22 @@ static_assert(kNC % kNR == 0, "column block must hold whole panels");
 // c[0..kRows) x [0..ncols) (+)= A panel (kc x kMR, rows used: kRows) x B panel (kc rows of
 // kCols vectors at stride bs floats). With few accumulators the K loop runs two independent
 // accumulator sets (even / odd p) to hide the FMA latency.
-template <size_t kRows, size_t kCols>
+//
+// Prefetch (kPf): step p also asks for two cache lines of the next panel's source into L2, at
+// pf + (p mod 2^pf_shift) * pf_rs + (p >> pf_shift) * 128 bytes, so that the memory (or L3)
+// reads of the next B panel overlap this panel's FMAs instead of stalling its packing: the
+// source is 2^pf_shift rows of pf_rs bytes apart (a transposed B: 32 rows of W; a packed panel
+// seen as 32 rows; a row-major B: shift 9, one 128-byte row per step).
+struct Prefetch {
+  const char* base = nullptr;
+  ptrdiff_t rs = 0;
+  unsigned shift = 5;
+};
+
+template <size_t kRows, size_t kCols, bool kPf = false>
 HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp,
-                         ptrdiff_t bs, float* HWY_RESTRICT c, ptrdiff_t ldc, bool add,
-                         size_t ncols) {
+                         ptrdiff_t bs, float* HWY_RESTRICT c, ptrdiff_t ldc, bool add, size_t ncols,
+                         Prefetch pf) {
   constexpr size_t kSets = kRows * kCols < 8 ? 2 : 1;
   const DF d;
   VF acc[kSets][kRows][kCols];
@@ -103,6 +115,13 @@ HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* H
       }
       ap += kMR;
       bp += bs;
+    }
+    if constexpr (kPf) {
+      const char* line = pf.base +
+                         static_cast<ptrdiff_t>(p & ((size_t{1} << pf.shift) - 1)) * pf.rs +
+                         static_cast<ptrdiff_t>((p >> pf.shift) * 128);
+      __builtin_prefetch(line, 0, 2);
+      __builtin_prefetch(line + 64, 0, 2);
     }
   }
   if constexpr (kSets == 2) {
@@ -147,17 +166,20 @@ HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* H
 }
 
 using KernelFn = void (*)(size_t, const float*, const float*, ptrdiff_t, float*, ptrdiff_t, bool,
-                          size_t);
+                          size_t, Prefetch);
 
-template <size_t kCols, size_t... I>
+template <size_t kCols, bool kPf, size_t... I>
 constexpr std::array<KernelFn, sizeof...(I)> MakeKernels(std::index_sequence<I...>) {
-  return {&Kernel<I + 1, kCols>...};
+  return {&Kernel<I + 1, kCols, kPf>...};
 }
-// kKernels[v - 1][rows - 1]: the kernel for `rows` rows and v vectors of columns.
+// kKernels[v - 1][rows - 1]: the kernel for `rows` rows and v vectors of columns;
+// kKernelsPf[rows - 1]: full-width panels, prefetching the next panel's source.
 const std::array<KernelFn, kMR> kKernels[2] = {
-    MakeKernels<1>(std::make_index_sequence<kMR>()),
-    MakeKernels<kNV>(std::make_index_sequence<kMR>()),
+    MakeKernels<1, false>(std::make_index_sequence<kMR>()),
+    MakeKernels<kNV, false>(std::make_index_sequence<kMR>()),
 };
+const std::array<KernelFn, kMR> kKernelsPf =
+    MakeKernels<kNV, true>(std::make_index_sequence<kMR>());
 
 // Element converters for packing.
 struct ConvF32 {
@@ -233,6 +255,119 @@ HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t 
     if (n == 0 && !kPad) break;
     PackRows16<kWidth>(n, kPad ? std::min<size_t>(16, kWidth - r0) : n, kc,
                        src + static_cast<ptrdiff_t>(r0) * rs, rs, panel + r0);
+  }
+}
+
+// Products with a transposed B (nn.Linear: x [M, K] times W [N, K]^T) with the roles of the
+// operands swapped: the micro-tile is 32 rows of C (two vectors along M, from x packed into
+// 32-row panels) by up to 14 columns, each column's value W[j, p] broadcast straight from W's
+// row j. W is read in place, never packed: transposing it cost as much as packing x and W
+// both do here together, on the shuffle port the FMAs also need. Each output is still the
+// same chain of FMAs over p from zero, added to C per K block: bitwise what GemmImpl gives.
+constexpr size_t kWtRows = 2 * kN;  // rows of C per micro-tile (x panel width)
+constexpr size_t kWtCols = 14;      // columns of C per micro-tile (rows of W)
+
+// c[0..rows) x [0..kCols) (+)= x panel (kc x 32, k-major) times rows j < kCols of W (row j at
+// w + j * w_rs, read at [0, kc)). pf: the next pf_rows (<= 16) rows of W, at the same stride,
+// to prefetch into L2 (one line per step, row p mod 16, so that their reads from memory
+// overlap these FMAs).
+template <size_t kCols>
+HWY_NOINLINE void KernelWt(size_t kc, const float* HWY_RESTRICT xp, const float* w, ptrdiff_t w_rs,
+                           float* HWY_RESTRICT c, ptrdiff_t ldc, bool add, size_t rows,
+                           const float* pf, size_t pf_rows) {
+  const DF d;
+  VF acc[2][kCols];
+#pragma GCC unroll 16
+  for (size_t j = 0; j < kCols; ++j) acc[0][j] = acc[1][j] = hn::Zero(d);
+  // Rows of W in groups of three off one pointer each ([g + s], [g + 2s] address modes).
+  const float* g[5];
+  for (size_t q = 0; q < 5; ++q) g[q] = w + static_cast<ptrdiff_t>(3 * q) * w_rs;
+  for (size_t p = 0; p < kc; ++p) {
+    const VF x0 = hn::Load(d, xp), x1 = hn::Load(d, xp + kN);
+#pragma GCC unroll 16
+    for (size_t j = 0; j < kCols; ++j) {
+      const VF b = hn::Set(d, g[j / 3][static_cast<ptrdiff_t>(j % 3) * w_rs]);
+      acc[0][j] = hn::MulAdd(x0, b, acc[0][j]);
+      acc[1][j] = hn::MulAdd(x1, b, acc[1][j]);
+    }
+    if ((p & 15) < pf_rows) {
+      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * w_rs + (p >> 4) * 16, 0, 2);
+    }
+    xp += kWtRows;
+#pragma GCC unroll 5
+    for (size_t q = 0; q < 5; ++q) ++g[q];
+  }
+  // Transpose each 16-row half back to rows of C (columns past kCols are zero, not stored).
+  const __mmask16 cols_mask = static_cast<__mmask16>((1u << kCols) - 1);
+  for (size_t h = 0; h < 2 && h * kN < rows; ++h) {
+    __m512 v[16];
+    for (size_t j = 0; j < 16; ++j) v[j] = j < kCols ? acc[h][j].raw : _mm512_setzero_ps();
+    Transpose16x16(v);
+    const size_t n = std::min(kN, rows - h * kN);
+    for (size_t r = 0; r < n; ++r) {
+      float* cp = c + static_cast<ptrdiff_t>(h * kN + r) * ldc;
+      const __m512 out = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(cols_mask, cp), v[r]) : v[r];
+      _mm512_mask_storeu_ps(cp, cols_mask, out);
+    }
+  }
+}
+
+using KernelWtFn = void (*)(size_t, const float*, const float*, ptrdiff_t, float*, ptrdiff_t, bool,
+                            size_t, const float*, size_t);
+template <size_t... I>
+constexpr std::array<KernelWtFn, sizeof...(I)> MakeKernelsWt(std::index_sequence<I...>) {
+  return {&KernelWt<I + 1>...};
+}
+const std::array<KernelWtFn, kWtCols> kKernelsWt =
+    MakeKernelsWt(std::make_index_sequence<kWtCols>());
+
+// K block of the in-place kernel: 14 rows of W (28 KiB) stay in L1 while the x panel streams
+// past; longer blocks than GemmImpl's halve the transposes of C per FMA (nn.Linear shapes,
+// one thread: 1-2% faster than 256).
+constexpr size_t kWtKC = 512;
+
+// C (+)= A times W^T (A element (i, p) at a[i * a_rs + p * a_cs], W row j at w + j * w_rs,
+// contiguous along p), in equal K blocks of at most kWtKC.
+void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+            const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate) {
+  const size_t kblocks = (k + kWtKC - 1) / kWtKC;
+  const size_t kc_max = (k + kblocks - 1) / kblocks;
+  const size_t panels = (m + kWtRows - 1) / kWtRows;
+  float* xbuf = gemm_detail::scratch(0, panels * kWtRows * kc_max);
+  for (size_t pc = 0; pc < k; pc += kc_max) {
+    const size_t kc = std::min(kc_max, k - pc);
+    const bool add = accumulate || pc > 0;
+    for (size_t ip = 0; ip < panels; ++ip) {
+      const size_t rows = std::min(kWtRows, m - ip * kWtRows);
+      const float* src =
+          a + static_cast<ptrdiff_t>(ip * kWtRows) * a_rs + static_cast<ptrdiff_t>(pc) * a_cs;
+      float* panel = xbuf + ip * kWtRows * kc;
+      if (a_cs == 1) {
+        PackRowsF32<kWtRows>(rows, kc, src, a_rs, panel);  // zero-pads rows past m
+      } else {
+        for (size_t p = 0; p < kc; ++p) {
+          for (size_t r = 0; r < kWtRows; ++r) {
+            panel[p * kWtRows + r] =
+                r < rows ? src[static_cast<ptrdiff_t>(r) * a_rs + static_cast<ptrdiff_t>(p) * a_cs]
+                         : 0.0f;
+          }
+        }
+      }
+    }
+    for (size_t j0 = 0; j0 < n; j0 += kWtCols) {
+      const size_t cols = std::min(kWtCols, n - j0);
+      const float* wj = w + static_cast<ptrdiff_t>(j0) * w_rs + static_cast<ptrdiff_t>(pc);
+      // The first x panel reads these W rows from memory: it prefetches the next ones.
+      const size_t pf_rows = j0 + kWtCols < n ? std::min(kWtCols, n - j0 - kWtCols) : 0;
+      const float* pf = wj + static_cast<ptrdiff_t>(kWtCols) * w_rs;
+      for (size_t ip = 0; ip < panels; ++ip) {
+        const size_t rows = std::min(kWtRows, m - ip * kWtRows);
+        kKernelsWt[cols - 1](
+            kc, xbuf + ip * kWtRows * kc, wj, w_rs,
+            c + static_cast<ptrdiff_t>(ip * kWtRows) * ldc + static_cast<ptrdiff_t>(j0), ldc, add,
+            rows, pf, ip == 0 ? pf_rows : 0);
+      }
+    }
   }
 }
 #elif HWY_TARGET != HWY_SCALAR
@@ -467,6 +602,13 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
     if (b != nullptr && m <= 4 && gemm_skinny_in_place(m, a_cs, b_rs, b_cs)) {
       return GemvT(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
     }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    // Also when B was packed: the in-place kernel is as fast and sums in its own order, which
+    // must not depend on whether a packed copy happened to exist.
+    if (b != nullptr && b_rs == 1 && b_cs != 1) {
+      return GemmWt(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate);
+    }
+#endif
   }
   // Equal K blocks of at most kKC.
   const size_t kblocks = (k + kKC - 1) / kKC;
@@ -493,13 +635,16 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       float* cblk = c + static_cast<ptrdiff_t>(jc);
       PackA(pan, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, abuf, conv);
       // One micro-kernel call: A panel ip x the B panel at bp (row stride bs), columns j0...
-      const auto tile = [&](size_t ip, size_t j0, const float* bp, ptrdiff_t bs) {
+      // With a prefetch, the kernel also asks for the next panel's source (see Kernel).
+      const auto tile = [&](size_t ip, size_t j0, const float* bp, ptrdiff_t bs, Prefetch pf = {}) {
         const size_t rows = pan.rows(ip);
         const size_t cols = std::min(kNR, nb - j0);
-        const KernelFn fn = kKernels[cols <= kN ? 0 : 1][rows - 1];
+        const KernelFn fn = pf.base != nullptr && cols == kNR
+                                ? kKernelsPf[rows - 1]
+                                : kKernels[cols <= kN ? 0 : 1][rows - 1];
         fn(kc, abuf + ip * kMR * kc, bp, bs,
            cblk + static_cast<ptrdiff_t>(pan.start(ip)) * ldc + static_cast<ptrdiff_t>(j0), ldc,
-           add, cols);
+           add, cols, pf);
       };
       if (direct_b) {
         if (full < nb) PackB(kc, nb - full, bblk + full, b_rs, b_cs, bbuf, conv);
@@ -511,7 +656,7 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
           const KernelFn fn = m == 1 ? &Kernel<1, 2 * kNV> : &Kernel<2, 2 * kNV>;
           const float* bf = reinterpret_cast<const float*>(bblk);
           for (; j_start + kWide <= nb; j_start += kWide) {
-            fn(kc, abuf, bf + j_start, b_rs, cblk + j_start, ldc, add, kWide);
+            fn(kc, abuf, bf + j_start, b_rs, cblk + j_start, ldc, add, kWide, Prefetch{});
           }
         }
         for (size_t j0 = j_start; j0 < nb; j0 += kNR) {
@@ -523,7 +668,17 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       } else if (packed != nullptr) {
         // Panel of column jc + j0 over the whole K, from row pc on.
         const float* pblk = packed + jc * k_total + pc * kNR;
-        for (size_t ip = 0; ip < pan.count; ++ip) {
+        // The first row of panels reads the block from memory: each kernel call prefetches
+        // the next panel (kc x NR contiguous floats, seen as 32 rows of kc floats).
+        for (size_t j0 = 0; j0 < nb; j0 += kNR) {
+          Prefetch pf;
+          if (j0 + kNR < nb) {
+            pf = {reinterpret_cast<const char*>(pblk + (j0 + kNR) * k_total),
+                  static_cast<ptrdiff_t>(kc * sizeof(float)), 5};
+          }
+          tile(0, j0, pblk + j0 * k_total, kNR, pf);
+        }
+        for (size_t ip = 1; ip < pan.count; ++ip) {
           for (size_t j0 = 0; j0 < nb; j0 += kNR) tile(ip, j0, pblk + j0 * k_total, kNR);
         }
       } else {
@@ -534,6 +689,16 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       }
     }
   }
+}
+
+bool GemmReadsTransposedBInPlace(int64_t b_rs, int64_t b_cs) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return b_rs == 1 && b_cs != 1;
+#else
+  (void)b_rs;
+  (void)b_cs;
+  return false;
+#endif
 }
 
 void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
@@ -614,6 +779,7 @@ namespace dvm::vm::cpu {
 using namespace dvm::ops;  // NOLINT
 
 HWY_EXPORT(GemmF32);
+HWY_EXPORT(GemmReadsTransposedBInPlace);
 HWY_EXPORT(GemmF32Skinny);
 HWY_EXPORT(GemmHalf);
 HWY_EXPORT(GemmF32Packed);
@@ -696,6 +862,10 @@ void gemm_half_packed(DType in_type, int64_t m, int64_t n, int64_t k, const uint
   if (m <= 0 || n <= 0) return;
   HWY_DYNAMIC_DISPATCH(GemmHalfPacked)
   (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, packed.panels, packed.k_total, c, ldc, accumulate);
+}
+
+bool gemm_f32_reads_b_in_place(int64_t b_rs, int64_t b_cs) {
+  return HWY_DYNAMIC_DISPATCH(GemmReadsTransposedBInPlace)(b_rs, b_cs);
 }
 
 GemmTile gemm_preferred_tile() {
