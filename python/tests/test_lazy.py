@@ -522,19 +522,21 @@ def test_parameters_are_packed_once_and_repacked_after_writes():
     matmul operands across flushes and shapes; an in-place update gives them a new version
     (packed again, seen)."""
     dvm.clear_weight_cache()
-    lin = torch.nn.Linear(64, 48)
+    # A weight stored [K, N] (x @ W): packed as a constant on every CPU (an f32 nn.Linear
+    # weight [N, K] is read in place where the GEMM can, so it is never packed there).
+    w = torch.nn.Parameter(torch.randn(64, 48))
     with torch.no_grad():
-        for rows in (20, 33, 47):  # more than 16 rows: the weight is packed, not read in place
+        for rows in (20, 33, 47):
             x = torch.randn(rows, 64)
             with L(freeze_weights=True):
-                y = lin(x * 1.0)
-            torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
+                y = (x * 1.0) @ w
+            torch.testing.assert_close(y, x @ w)
         assert dvm.weight_cache_stats().packs == 1
-        lin.weight.mul_(-0.5)
+        w.mul_(-0.5)
         x = torch.randn(24, 64)
         with L(freeze_weights=True):
-            y = lin(x * 1.0)
-        torch.testing.assert_close(y, F.linear(x, lin.weight, lin.bias))
+            y = (x * 1.0) @ w
+        torch.testing.assert_close(y, x @ w)
         assert dvm.weight_cache_stats().packs == 2
     dvm.clear_weight_cache()
 

@@ -48,6 +48,18 @@ class MLP(nn.Module):
         return self.ln(self.fc2(F.gelu(self.fc1(x))))
 
 
+class ProjMLP(MLP):
+    """MLP followed by a projection weight stored [K, N] (x @ W): packed as a constant where an
+    nn.Linear weight [N, K] in f32 may be read in place instead (AVX-512)."""
+
+    def __init__(self, o=16, n=24):
+        super().__init__(o=o)
+        self.proj = nn.Parameter(torch.randn(o, n) / o**0.5)
+
+    def forward(self, x):
+        return super().forward(x) @ self.proj
+
+
 class Block(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
@@ -238,7 +250,7 @@ def test_parameters_zero_copy(freeze):
     version (packed again); without it nothing is packed ahead."""
     torch.manual_seed(0)
     dvm.clear_weight_cache()
-    model = MLP().eval()
+    model = ProjMLP().eval()
     compiled = torch.compile(model, backend="dvm", dynamic=True,
                              options={"freeze_weights": freeze})
     seen = []
@@ -263,7 +275,7 @@ def test_parameters_zero_copy(freeze):
         assert ptrs <= set(seen)
         packs = dvm.weight_cache_stats().packs
         assert (packs > 0) == freeze
-        w = model.fc1.weight
+        w = model.proj
         ptr = w.data_ptr()
         with torch.no_grad():
             w.mul_(-2.0)
