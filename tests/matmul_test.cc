@@ -349,7 +349,7 @@ TEST(MatMulWeightCache, ConstantWeightsMatchReference) {
   // the 7-row product with a transposed B), nor for the 64-row linear where the GEMM reads an
   // f32 W^T in place (AVX-512); the second calls hit.
   WeightCacheStats st = weight_cache_stats();
-  EXPECT_EQ(st.packs, vm::cpu::gemm_f32_reads_b_in_place(1, 768) ? 7 : 8);
+  EXPECT_EQ(st.packs, vm::cpu::gemm_f32_reads_b_in_place(768, 1, 768) ? 7 : 8);
   EXPECT_GE(st.hits, st.packs);
   EXPECT_GT(st.bytes, 0);
 }

@@ -1019,7 +1019,7 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
                                    int64_t rows, int64_t ak) {
   if (args_.versions == nullptr || args_.versions[db.slot] == 0) return nullptr;
   if (skinny(db, b, bk, rows, ak)) return nullptr;
-  if (db.dtype == DType::kF32 && cpu::gemm_f32_reads_b_in_place(bk, b.cs)) return nullptr;
+  if (db.dtype == DType::kF32 && cpu::gemm_f32_reads_b_in_place(k, bk, b.cs)) return nullptr;
   static const int64_t panel_cols = cpu::gemm_micro_tile().n;
   const int col = lp_.col_axis;
   const int64_t j0 = col >= 0 ? ivar_[col] : 0;

@@ -267,28 +267,30 @@ HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t 
 constexpr size_t kWtRows = 2 * kN;  // rows of C per micro-tile (x panel width)
 constexpr size_t kWtCols = 14;      // columns of C per micro-tile (rows of W)
 
-// c[0..rows) x [0..kCols) (+)= x panel (kc x 32, k-major) times rows j < kCols of W (row j at
-// w + j * w_rs, read at [0, kc)). pf: the next pf_rows (<= 16) rows of W, at the same stride,
-// to prefetch into L2 (one line per step, row p mod 16, so that their reads from memory
-// overlap these FMAs).
-template <size_t kCols>
+// c[0..rows) x [0..kCols) (+)= x panel (kc x 32, k-major; rows <= 16 * kVecs of it used) times
+// rows j < kCols of W (row j at w + j * w_rs, read at [0, kc)). pf: the next pf_rows (<= 16)
+// rows of W, at the same stride, to prefetch into L2 (one line per step, row p mod 16, so
+// that their reads from memory overlap these FMAs).
+template <size_t kCols, size_t kVecs>
 HWY_NOINLINE void KernelWt(size_t kc, const float* HWY_RESTRICT xp, const float* w, ptrdiff_t w_rs,
                            float* HWY_RESTRICT c, ptrdiff_t ldc, bool add, size_t rows,
                            const float* pf, size_t pf_rows) {
   const DF d;
-  VF acc[2][kCols];
+  VF acc[kVecs][kCols];
 #pragma GCC unroll 16
-  for (size_t j = 0; j < kCols; ++j) acc[0][j] = acc[1][j] = hn::Zero(d);
+  for (size_t j = 0; j < kCols; ++j) {
+    for (size_t h = 0; h < kVecs; ++h) acc[h][j] = hn::Zero(d);
+  }
   // Rows of W in groups of three off one pointer each ([g + s], [g + 2s] address modes).
   const float* g[5];
   for (size_t q = 0; q < 5; ++q) g[q] = w + static_cast<ptrdiff_t>(3 * q) * w_rs;
   for (size_t p = 0; p < kc; ++p) {
-    const VF x0 = hn::Load(d, xp), x1 = hn::Load(d, xp + kN);
+    VF x[kVecs];
+    for (size_t h = 0; h < kVecs; ++h) x[h] = hn::Load(d, xp + h * kN);
 #pragma GCC unroll 16
     for (size_t j = 0; j < kCols; ++j) {
       const VF b = hn::Set(d, g[j / 3][static_cast<ptrdiff_t>(j % 3) * w_rs]);
-      acc[0][j] = hn::MulAdd(x0, b, acc[0][j]);
-      acc[1][j] = hn::MulAdd(x1, b, acc[1][j]);
+      for (size_t h = 0; h < kVecs; ++h) acc[h][j] = hn::MulAdd(x[h], b, acc[h][j]);
     }
     if ((p & 15) < pf_rows) {
       __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * w_rs + (p >> 4) * 16, 0, 2);
@@ -299,7 +301,7 @@ HWY_NOINLINE void KernelWt(size_t kc, const float* HWY_RESTRICT xp, const float*
   }
   // Transpose each 16-row half back to rows of C (columns past kCols are zero, not stored).
   const __mmask16 cols_mask = static_cast<__mmask16>((1u << kCols) - 1);
-  for (size_t h = 0; h < 2 && h * kN < rows; ++h) {
+  for (size_t h = 0; h < kVecs && h * kN < rows; ++h) {
     __m512 v[16];
     for (size_t j = 0; j < 16; ++j) v[j] = j < kCols ? acc[h][j].raw : _mm512_setzero_ps();
     Transpose16x16(v);
@@ -314,17 +316,27 @@ HWY_NOINLINE void KernelWt(size_t kc, const float* HWY_RESTRICT xp, const float*
 
 using KernelWtFn = void (*)(size_t, const float*, const float*, ptrdiff_t, float*, ptrdiff_t, bool,
                             size_t, const float*, size_t);
-template <size_t... I>
+template <size_t kVecs, size_t... I>
 constexpr std::array<KernelWtFn, sizeof...(I)> MakeKernelsWt(std::index_sequence<I...>) {
-  return {&KernelWt<I + 1>...};
+  return {&KernelWt<I + 1, kVecs>...};
 }
-const std::array<KernelWtFn, kWtCols> kKernelsWt =
-    MakeKernelsWt(std::make_index_sequence<kWtCols>());
+// kKernelsWt[vectors - 1][cols - 1]: 16 (a panel's last rows, at most 16) or 32 rows of C.
+const std::array<KernelWtFn, kWtCols> kKernelsWt[2] = {
+    MakeKernelsWt<1>(std::make_index_sequence<kWtCols>()),
+    MakeKernelsWt<2>(std::make_index_sequence<kWtCols>()),
+};
 
 // K block of the in-place kernel: 14 rows of W (28 KiB) stay in L1 while the x panel streams
 // past; longer blocks than GemmImpl's halve the transposes of C per FMA (nn.Linear shapes,
 // one thread: 1-2% faster than 256).
 constexpr size_t kWtKC = 512;
+// Rows per call: x's block (256 x 512 floats) and C's rows stay in L2 together (M = 480,
+// one thread: 183-191 -> 195-199 GF/s against one 480-row call).
+constexpr size_t kWtMaxRows = 256;
+// Shortest K the in-place kernel takes: each call ends with two 16 x 16 transposes of C, which
+// cost as much as the FMAs of a K of ~14 x 16; below 256 (attention's q @ k^T over a head's 64
+// values) packing the transposed B, as GemmImpl does, costs less.
+constexpr size_t kWtMinK = 256;
 
 // C (+)= A times W^T (A element (i, p) at a[i * a_rs + p * a_cs], W row j at w + j * w_rs,
 // contiguous along p), in equal K blocks of at most kWtKC.
@@ -362,7 +374,7 @@ void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdif
       const float* pf = wj + static_cast<ptrdiff_t>(kWtCols) * w_rs;
       for (size_t ip = 0; ip < panels; ++ip) {
         const size_t rows = std::min(kWtRows, m - ip * kWtRows);
-        kKernelsWt[cols - 1](
+        kKernelsWt[rows > kN ? 1 : 0][cols - 1](
             kc, xbuf + ip * kWtRows * kc, wj, w_rs,
             c + static_cast<ptrdiff_t>(ip * kWtRows) * ldc + static_cast<ptrdiff_t>(j0), ldc, add,
             rows, pf, ip == 0 ? pf_rows : 0);
@@ -370,6 +382,11 @@ void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdif
     }
   }
 }
+// GemmWt's products: an f32 B^T (rows contiguous along p) over a K long enough.
+inline bool ReadsTransposedBInPlace(size_t k, ptrdiff_t b_rs, ptrdiff_t b_cs) {
+  return b_rs == 1 && b_cs != 1 && k >= kWtMinK;
+}
+
 #elif HWY_TARGET != HWY_SCALAR
 // One panel of width kWidth from `rows` <= kWidth f32 rows contiguous along p (row r at
 // src + r * rs): 4 x 4 blocks are transposed in registers (128-bit vectors exist on every
@@ -605,8 +622,16 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     // Also when B was packed: the in-place kernel is as fast and sums in its own order, which
     // must not depend on whether a packed copy happened to exist.
-    if (b != nullptr && b_rs == 1 && b_cs != 1) {
-      return GemmWt(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate);
+    if (b != nullptr && ReadsTransposedBInPlace(k, b_rs, b_cs)) {
+      // Row chunks of at most kWtMaxRows, so that x's block and C's rows stay in L2 (the
+      // order of each output's sum does not depend on them).
+      const size_t chunks = (m + kWtMaxRows - 1) / kWtMaxRows;
+      const size_t mc = ((m + chunks - 1) / chunks + kN - 1) / kN * kN;
+      for (size_t i0 = 0; i0 < m; i0 += mc) {
+        GemmWt(std::min(mc, m - i0), n, k, a + static_cast<ptrdiff_t>(i0) * a_rs, a_rs, a_cs, b,
+               b_cs, c + static_cast<ptrdiff_t>(i0) * ldc, ldc, accumulate);
+      }
+      return;
     }
 #endif
   }
@@ -691,10 +716,11 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
   }
 }
 
-bool GemmReadsTransposedBInPlace(int64_t b_rs, int64_t b_cs) {
+bool GemmReadsTransposedBInPlace(int64_t k, int64_t b_rs, int64_t b_cs) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return b_rs == 1 && b_cs != 1;
+  return ReadsTransposedBInPlace(static_cast<size_t>(k), b_rs, b_cs);
 #else
+  (void)k;
   (void)b_rs;
   (void)b_cs;
   return false;
@@ -864,8 +890,8 @@ void gemm_half_packed(DType in_type, int64_t m, int64_t n, int64_t k, const uint
   (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, packed.panels, packed.k_total, c, ldc, accumulate);
 }
 
-bool gemm_f32_reads_b_in_place(int64_t b_rs, int64_t b_cs) {
-  return HWY_DYNAMIC_DISPATCH(GemmReadsTransposedBInPlace)(b_rs, b_cs);
+bool gemm_f32_reads_b_in_place(int64_t k, int64_t b_rs, int64_t b_cs) {
+  return HWY_DYNAMIC_DISPATCH(GemmReadsTransposedBInPlace)(k, b_rs, b_cs);
 }
 
 GemmTile gemm_preferred_tile() {

@@ -41,11 +41,11 @@ inline bool gemm_skinny_in_place(int64_t m, int64_t a_cs, int64_t b_rs, int64_t 
 void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
                      int64_t b_cs, float* c, int64_t ldc, bool accumulate);
 
-// f32 products whose B is transposed (B^T row-major: nn.Linear's W [N, K]) read B in place on
-// AVX-512 (x is packed into 32-row panels, W's elements broadcast from its rows), also when a
-// packed B is given: packing such a B ahead of time gains nothing, and gemm_f32 and
-// gemm_f32_packed give the same bits for it.
-bool gemm_f32_reads_b_in_place(int64_t b_rs, int64_t b_cs);
+// f32 products whose B is transposed (B^T row-major: nn.Linear's W [N, K]) over a long enough
+// K read B in place on AVX-512 (x is packed into 32-row panels, W's elements broadcast from
+// its rows), also when a packed B is given: packing such a B ahead of time gains nothing, and
+// gemm_f32 and gemm_f32_packed give the same bits for it.
+bool gemm_f32_reads_b_in_place(int64_t k, int64_t b_rs, int64_t b_cs);
 
 // Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
 // the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
