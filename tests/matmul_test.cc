@@ -349,7 +349,7 @@ TEST(MatMulWeightCache, ConstantWeightsMatchReference) {
   // the 7-row product with a transposed B), nor for the 64-row linear where the GEMM reads an
   // f32 W^T in place (AVX-512); the second calls hit.
   WeightCacheStats st = weight_cache_stats();
-  EXPECT_EQ(st.packs, vm::cpu::gemm_f32_reads_b_in_place(768, 1, 768) ? 7 : 8);
+  EXPECT_EQ(st.packs, vm::cpu::gemm_f32_reads_b_in_place(64, 768, 1, 768) ? 7 : 8);
   EXPECT_GE(st.hits, st.packs);
   EXPECT_GT(st.bytes, 0);
 }
@@ -520,6 +520,25 @@ TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
     expect_matches_reference(k, {xb, wb}, Tolerance{mm_tol(64).abs, 1e-4}, {},
                              "S=" + std::to_string(s));
     const auto results = run_on_1_2_3_threads(k, {xb.arg, wb.arg}, {s, 96}, rng);
+    EXPECT_EQ(results[0], results[1]) << "S=" << s;
+    EXPECT_EQ(results[0], results[2]) << "S=" << s;
+  }
+}
+
+// A linear layer over a K long enough for the role-swapped in-place GEMM (AVX-512): row counts
+// around its 16-row granularity and its limit on the product's rows (288; past it, W^T is
+// packed), each against the reference and bitwise equal on 1, 2 and 3 threads (the path is
+// chosen by the product's rows, never a tile's; over K = 600 the two paths' K blocks, and so
+// their bits, differ).
+TEST(MatMul, LinearReadingWInPlaceIsBitwiseIdenticalAcrossThreadCounts) {
+  Kernel k = linear_kernel("linear", 200, 600);
+  std::mt19937 rng(14);
+  Buffer wb = make_buffer(DType::kF32, {200, 600}, rng);
+  for (int64_t s : {17, 33, 100, 288, 289, 300}) {
+    Buffer xb = make_buffer(DType::kF32, {s, 600}, rng);
+    expect_matches_reference(k, {xb, wb}, Tolerance{mm_tol(600).abs, 1e-4}, {},
+                             "S=" + std::to_string(s));
+    const auto results = run_on_1_2_3_threads(k, {xb.arg, wb.arg}, {s, 200}, rng);
     EXPECT_EQ(results[0], results[1]) << "S=" << s;
     EXPECT_EQ(results[0], results[2]) << "S=" << s;
   }

@@ -141,6 +141,9 @@ class BlockRunner {
   void exec_argreduce(const Instr& in);
   void exec_matmul(const Instr& in);
   bool skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows, int64_t ak) const;
+  bool transposed_b_in_place(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
+                             int64_t rows) const;
+  int64_t product_rows(int64_t rows) const;
   const float* packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
                         int64_t ak);
   void exec_reduce_dot(const Instr& in);
@@ -1019,7 +1022,7 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
                                    int64_t rows, int64_t ak) {
   if (args_.versions == nullptr || args_.versions[db.slot] == 0) return nullptr;
   if (skinny(db, b, bk, rows, ak)) return nullptr;
-  if (db.dtype == DType::kF32 && cpu::gemm_f32_reads_b_in_place(k, bk, b.cs)) return nullptr;
+  if (transposed_b_in_place(db, b, k, bk, rows)) return nullptr;
   static const int64_t panel_cols = cpu::gemm_micro_tile().n;
   const int col = lp_.col_axis;
   const int64_t j0 = col >= 0 ? ivar_[col] : 0;
@@ -1047,8 +1050,20 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
 // axis's extent), not the tile's, so that every thread count sums in the same order.
 bool BlockRunner::skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows,
                          int64_t ak) const {
+  return db.dtype == DType::kF32 && cpu::gemm_skinny_in_place(product_rows(rows), ak, bk, b.cs);
+}
+
+// Reads an f32 B^T in place with the role-swapped kernel (gemm_f32_bt_in_place)? Also by the
+// whole product's rows.
+bool BlockRunner::transposed_b_in_place(const bc::Descriptor& db, const Ref& b, int64_t k,
+                                        int64_t bk, int64_t rows) const {
+  return db.dtype == DType::kF32 && cpu::gemm_f32_reads_b_in_place(product_rows(rows), k, bk, b.cs);
+}
+
+// The rows of the whole product (the row axis's extent), at least a tile's.
+int64_t BlockRunner::product_rows(int64_t rows) const {
   const int64_t m = lp_.row_axis >= 0 ? p_.axes[lp_.row_axis].extent : rows;
-  return db.dtype == DType::kF32 && cpu::gemm_skinny_in_place(std::max(m, rows), ak, bk, b.cs);
+  return std::max(m, rows);
 }
 
 // The tile's rows x cols output block over the whole contraction axis, by the GEMM kernel.
@@ -1076,6 +1091,9 @@ void BlockRunner::exec_matmul(const Instr& in) {
   if (da.dtype == DType::kF32 && skinny(db, b, bk, rows, ak)) {
     cpu::gemm_f32_skinny(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs,
                          reinterpret_cast<const float*>(b.p), b.cs, c, d.rs, false);
+  } else if (da.dtype == DType::kF32 && transposed_b_in_place(db, b, k, bk, rows)) {
+    cpu::gemm_f32_bt_in_place(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
+                              reinterpret_cast<const float*>(b.p), b.cs, c, d.rs, false);
   } else if (da.dtype == DType::kF32) {
     cpu::gemm_f32(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
                   reinterpret_cast<const float*>(b.p), bk, b.cs, c, d.rs, false);

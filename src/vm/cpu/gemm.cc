@@ -337,6 +337,11 @@ constexpr size_t kWtMaxRows = 256;
 // cost as much as the FMAs of a K of ~14 x 16; below 256 (attention's q @ k^T over a head's 64
 // values) packing the transposed B, as GemmImpl does, costs less.
 constexpr size_t kWtMinK = 256;
+// Most rows of a product the in-place kernel takes: past ~300 rows, packing W^T once per tile
+// is amortised over enough rows to cost less than the in-place kernel's C transposes and
+// 16-row granularity (nn.Linear, one thread, cold weights: M = 64 148 -> 177-180 GF/s, M = 256
+// 182-184 -> 189-197, M = 360 even, M = 486 188-193 -> 183-190).
+constexpr size_t kWtMaxProductRows = 288;
 
 // C (+)= A times W^T (A element (i, p) at a[i * a_rs + p * a_cs], W row j at w + j * w_rs,
 // contiguous along p), in equal K blocks of at most kWtKC.
@@ -382,9 +387,24 @@ void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdif
     }
   }
 }
-// GemmWt's products: an f32 B^T (rows contiguous along p) over a K long enough.
-inline bool ReadsTransposedBInPlace(size_t k, ptrdiff_t b_rs, ptrdiff_t b_cs) {
-  return b_rs == 1 && b_cs != 1 && k >= kWtMinK;
+// GemmWt's products: an f32 B^T (rows contiguous along p) over a K long enough, in a product
+// of few enough rows (the whole product's: every tile, at any thread count, takes the same
+// path, so the bits do not depend on the tiling).
+inline bool ReadsTransposedBInPlace(size_t m_total, size_t k, ptrdiff_t b_rs, ptrdiff_t b_cs) {
+  return b_rs == 1 && b_cs != 1 && k >= kWtMinK && m_total <= kWtMaxProductRows;
+}
+
+// GemmWt over row chunks of at most kWtMaxRows, so that x's block and C's rows stay in L2
+// (the order of each output's sum does not depend on them).
+void GemmWtRows(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  const size_t chunks = (m + kWtMaxRows - 1) / kWtMaxRows;
+  const size_t mc = ((m + chunks - 1) / chunks + kN - 1) / kN * kN;
+  for (size_t i0 = 0; i0 < m; i0 += mc) {
+    GemmWt(std::min(mc, m - i0), n, k, a + static_cast<ptrdiff_t>(i0) * a_rs, a_rs, a_cs, w, w_rs,
+           c + static_cast<ptrdiff_t>(i0) * ldc, ldc, accumulate);
+  }
 }
 
 #elif HWY_TARGET != HWY_SCALAR
@@ -619,21 +639,6 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
     if (b != nullptr && m <= 4 && gemm_skinny_in_place(m, a_cs, b_rs, b_cs)) {
       return GemvT(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
     }
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    // Also when B was packed: the in-place kernel is as fast and sums in its own order, which
-    // must not depend on whether a packed copy happened to exist.
-    if (b != nullptr && ReadsTransposedBInPlace(k, b_rs, b_cs)) {
-      // Row chunks of at most kWtMaxRows, so that x's block and C's rows stay in L2 (the
-      // order of each output's sum does not depend on them).
-      const size_t chunks = (m + kWtMaxRows - 1) / kWtMaxRows;
-      const size_t mc = ((m + chunks - 1) / chunks + kN - 1) / kN * kN;
-      for (size_t i0 = 0; i0 < m; i0 += mc) {
-        GemmWt(std::min(mc, m - i0), n, k, a + static_cast<ptrdiff_t>(i0) * a_rs, a_rs, a_cs, b,
-               b_cs, c + static_cast<ptrdiff_t>(i0) * ldc, ldc, accumulate);
-      }
-      return;
-    }
-#endif
   }
   // Equal K blocks of at most kKC.
   const size_t kblocks = (k + kKC - 1) / kKC;
@@ -716,15 +721,25 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
   }
 }
 
-bool GemmReadsTransposedBInPlace(int64_t k, int64_t b_rs, int64_t b_cs) {
+bool GemmReadsTransposedBInPlace(int64_t m_total, int64_t k, int64_t b_rs, int64_t b_cs) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return ReadsTransposedBInPlace(static_cast<size_t>(k), b_rs, b_cs);
+  return ReadsTransposedBInPlace(static_cast<size_t>(m_total), static_cast<size_t>(k), b_rs, b_cs);
 #else
+  (void)m_total;
   (void)k;
   (void)b_rs;
   (void)b_cs;
   return false;
 #endif
+}
+
+void GemmF32TransposedBInPlace(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
+                               int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
+                               bool accumulate) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (k > 0) return GemmWtRows(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate);
+#endif
+  GemmImpl<float>(m, n, k, a, a_rs, a_cs, b, 1, b_cs, c, ldc, accumulate, ConvF32());
 }
 
 void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
@@ -806,6 +821,7 @@ using namespace dvm::ops;  // NOLINT
 
 HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmReadsTransposedBInPlace);
+HWY_EXPORT(GemmF32TransposedBInPlace);
 HWY_EXPORT(GemmF32Skinny);
 HWY_EXPORT(GemmHalf);
 HWY_EXPORT(GemmF32Packed);
@@ -890,8 +906,15 @@ void gemm_half_packed(DType in_type, int64_t m, int64_t n, int64_t k, const uint
   (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, packed.panels, packed.k_total, c, ldc, accumulate);
 }
 
-bool gemm_f32_reads_b_in_place(int64_t k, int64_t b_rs, int64_t b_cs) {
-  return HWY_DYNAMIC_DISPATCH(GemmReadsTransposedBInPlace)(k, b_rs, b_cs);
+bool gemm_f32_reads_b_in_place(int64_t m_total, int64_t k, int64_t b_rs, int64_t b_cs) {
+  return HWY_DYNAMIC_DISPATCH(GemmReadsTransposedBInPlace)(m_total, k, b_rs, b_cs);
+}
+
+void gemm_f32_bt_in_place(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
+                          int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
+                          bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(GemmF32TransposedBInPlace)
+  (m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate);
 }
 
 GemmTile gemm_preferred_tile() {

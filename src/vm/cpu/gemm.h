@@ -41,11 +41,18 @@ inline bool gemm_skinny_in_place(int64_t m, int64_t a_cs, int64_t b_rs, int64_t 
 void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
                      int64_t b_cs, float* c, int64_t ldc, bool accumulate);
 
-// f32 products whose B is transposed (B^T row-major: nn.Linear's W [N, K]) over a long enough
-// K read B in place on AVX-512 (x is packed into 32-row panels, W's elements broadcast from
-// its rows), also when a packed B is given: packing such a B ahead of time gains nothing, and
-// gemm_f32 and gemm_f32_packed give the same bits for it.
-bool gemm_f32_reads_b_in_place(int64_t k, int64_t b_rs, int64_t b_cs);
+// f32 products with a transposed B (B^T row-major: nn.Linear's W [N, K]) can read B in place
+// on AVX-512: x is packed into 32-row panels and W's elements are broadcast from its rows, so
+// W is never transposed (that packing cost 5-8% of a linear layer). Worth it for a long
+// enough K and up to a few hundred rows: gemm_f32_reads_b_in_place says whether to, from the
+// whole product's rows m_total (never a tile's: the path, and with it the order of the sums,
+// must not depend on how a thread count tiles the product); gemm_f32_bt_in_place computes
+// C (+)= A B with B element (p, j) at b[p + j * b_cs] (GemmImpl where there is no such kernel).
+// Such a B is never worth packing ahead of time (the VM's weight cache leaves it alone).
+bool gemm_f32_reads_b_in_place(int64_t m_total, int64_t k, int64_t b_rs, int64_t b_cs);
+void gemm_f32_bt_in_place(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
+                          int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
+                          bool accumulate);
 
 // Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
 // the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
