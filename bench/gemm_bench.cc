@@ -62,6 +62,24 @@ void BM_dvm_bt(benchmark::State& state) {
   run_gemm(state, true);
 }
 
+// B transposed, read in place by the role-swapped kernel (AVX-512; the VM's path for x @ W^T
+// up to 288 rows of x and K >= 256; elsewhere gemm_f32_bt_in_place is the packing GEMM).
+void BM_dvm_bt_in_place(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Operands o(m, n, k);
+  const auto run = [&] {
+    dvm::vm::cpu::gemm_f32_bt_in_place(m, n, k, o.a.data(), k, 1, o.b.data(), k, o.c.data(), n,
+                                       false);
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, m, n, k);
+}
+
 // B packed ahead of time (constant weights: the VM packs them once and caches the panels), so
 // this is the micro-kernel and A packing alone.
 void BM_dvm_packed(benchmark::State& state) {
@@ -129,6 +147,7 @@ void shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_dvm)->Apply(shapes);
 BENCHMARK(BM_dvm_packed)->Apply(shapes);
 BENCHMARK(BM_dvm_bt)->Apply(shapes);
+BENCHMARK(BM_dvm_bt_in_place)->Apply(shapes);
 BENCHMARK(BM_dvm_avx2)->Apply(shapes);
 #ifdef DVM_HAVE_OPENBLAS
 BENCHMARK(BM_openblas)->Apply(shapes);
