@@ -39,18 +39,26 @@ void set_flops(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Times run() (one GEMM into o.c) after a warm-up call.
+template <class Run>
+void time_gemm(benchmark::State& state, Operands& o, Run run) {
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, state.range(0), state.range(1), state.range(2));
+}
+
 // B packed per call from b_rs, b_cs strides (the VM's path for weights not marked constant).
 void run_gemm(benchmark::State& state, bool transposed_b) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Operands o(m, n, k);
   const int64_t b_rs = transposed_b ? 1 : n, b_cs = transposed_b ? k : 1;
-  dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), b_rs, b_cs, o.c.data(), n, false);
-  for (auto _ : state) {
+  time_gemm(state, o, [&] {
     dvm::vm::cpu::gemm_f32(m, n, k, o.a.data(), k, 1, o.b.data(), b_rs, b_cs, o.c.data(), n, false);
-    benchmark::DoNotOptimize(o.c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, m, n, k);
+  });
 }
 
 void BM_dvm(benchmark::State& state) {
@@ -67,17 +75,10 @@ void BM_dvm_bt(benchmark::State& state) {
 void BM_dvm_bt_in_place(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Operands o(m, n, k);
-  const auto run = [&] {
+  time_gemm(state, o, [&] {
     dvm::vm::cpu::gemm_f32_bt_in_place(m, n, k, o.a.data(), k, 1, o.b.data(), k, o.c.data(), n,
                                        false);
-  };
-  run();
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(o.c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, m, n, k);
+  });
 }
 
 // B packed ahead of time (constant weights: the VM packs them once and caches the panels), so
@@ -91,13 +92,10 @@ void BM_dvm_packed(benchmark::State& state) {
       [](float* p) { ::operator delete (p, std::align_val_t{64}); });
   dvm::vm::cpu::pack_b(dvm::DType::kF32, k, n, o.b.data(), n, 1, packed.get());
   const dvm::vm::cpu::PackedB pb{packed.get(), k};
-  for (auto _ : state) {
+  time_gemm(state, o, [&] {
     dvm::vm::cpu::gemm_f32_packed(m, n, k, o.a.data(), k, 1, o.b.data(), n, 1, pb, o.c.data(), n,
                                   false);
-    benchmark::DoNotOptimize(o.c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, m, n, k);
+  });
 }
 
 // The AVX2 code path (what an AVX2-only machine runs), where this machine supports AVX2.
@@ -116,18 +114,11 @@ void BM_openblas(benchmark::State& state) {
   openblas_set_num_threads(1);
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Operands o(m, n, k);
-  const auto run = [&] {
+  time_gemm(state, o, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.0f, o.a.data(), static_cast<int>(k), o.b.data(),
                 static_cast<int>(n), 0.0f, o.c.data(), static_cast<int>(n));
-  };
-  run();
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(o.c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, m, n, k);
+  });
 }
 #endif
 

@@ -511,18 +511,25 @@ std::vector<std::vector<char>> run_on_1_2_3_threads(
   return results;
 }
 
-TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
-  Kernel k = linear_kernel("linear", 96, 64);
-  std::mt19937 rng(13);
-  Buffer wb = make_buffer(DType::kF32, {96, 64}, rng);
-  for (int64_t s : {1, 5, 16, 17, 32, 40}) {
-    Buffer xb = make_buffer(DType::kF32, {s, 64}, rng);
-    expect_matches_reference(k, {xb, wb}, Tolerance{mm_tol(64).abs, 1e-4}, {},
+// y = x @ w^T (w [n, k_dim]) for each row count of x: against the reference, and bitwise equal
+// on 1, 2 and 3 threads.
+void expect_linear_bitwise_across_threads(int64_t n, int64_t k_dim,
+                                          std::initializer_list<int64_t> row_counts, int seed) {
+  Kernel k = linear_kernel("linear", n, k_dim);
+  std::mt19937 rng(seed);
+  Buffer wb = make_buffer(DType::kF32, {n, k_dim}, rng);
+  for (int64_t s : row_counts) {
+    Buffer xb = make_buffer(DType::kF32, {s, k_dim}, rng);
+    expect_matches_reference(k, {xb, wb}, Tolerance{mm_tol(k_dim).abs, 1e-4}, {},
                              "S=" + std::to_string(s));
-    const auto results = run_on_1_2_3_threads(k, {xb.arg, wb.arg}, {s, 96}, rng);
+    const auto results = run_on_1_2_3_threads(k, {xb.arg, wb.arg}, {s, n}, rng);
     EXPECT_EQ(results[0], results[1]) << "S=" << s;
     EXPECT_EQ(results[0], results[2]) << "S=" << s;
   }
+}
+
+TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
+  expect_linear_bitwise_across_threads(96, 64, {1, 5, 16, 17, 32, 40}, 13);
 }
 
 // A linear layer over a K long enough for the role-swapped in-place GEMM (AVX-512): row counts
@@ -531,17 +538,7 @@ TEST(MatMul, SkinnyLinearIsBitwiseIdenticalAcrossThreadCounts) {
 // chosen by the product's rows, never a tile's; over K = 600 the two paths' K blocks, and so
 // their bits, differ).
 TEST(MatMul, LinearReadingWInPlaceIsBitwiseIdenticalAcrossThreadCounts) {
-  Kernel k = linear_kernel("linear", 200, 600);
-  std::mt19937 rng(14);
-  Buffer wb = make_buffer(DType::kF32, {200, 600}, rng);
-  for (int64_t s : {17, 33, 100, 288, 289, 300}) {
-    Buffer xb = make_buffer(DType::kF32, {s, 600}, rng);
-    expect_matches_reference(k, {xb, wb}, Tolerance{mm_tol(600).abs, 1e-4}, {},
-                             "S=" + std::to_string(s));
-    const auto results = run_on_1_2_3_threads(k, {xb.arg, wb.arg}, {s, 200}, rng);
-    EXPECT_EQ(results[0], results[1]) << "S=" << s;
-    EXPECT_EQ(results[0], results[2]) << "S=" << s;
-  }
+  expect_linear_bitwise_across_threads(200, 600, {17, 33, 100, 288, 289, 300}, 14);
 }
 
 // Column blocks are dealt evenly: a product whose preferred tiles give a block count the
