@@ -76,11 +76,11 @@ constexpr size_t kDirectBMaxPanels = 10;
 // kCols vectors at stride bs floats). With few accumulators the K loop runs two independent
 // accumulator sets (even / odd p) to hide the FMA latency.
 //
-// Prefetch (kPf): step p also asks for two cache lines of the next panel's source into L2, at
-// pf + (p mod 2^pf_shift) * pf_rs + (p >> pf_shift) * 128 bytes, so that the memory (or L3)
-// reads of the next B panel overlap this panel's FMAs instead of stalling its packing: the
-// source is 2^pf_shift rows of pf_rs bytes apart (a transposed B: 32 rows of W; a packed panel
-// seen as 32 rows; a row-major B: shift 9, one 128-byte row per step).
+// Prefetch (kPf): step p also asks for two cache lines of the next B panel into L2, at
+// pf + (p mod 2^pf_shift) * pf_rs + (p >> pf_shift) * 128 bytes, so that its reads from memory
+// (or L3) overlap this panel's FMAs instead of stalling the next call: 2^pf_shift rows of
+// pf_rs bytes (a cached packed panel, kc x NR contiguous floats seen as 32 rows; a row-major B
+// read in place: shift 9, its 128-byte row p at each step).
 struct Prefetch {
   const char* base = nullptr;
   ptrdiff_t rs = 0;
@@ -263,9 +263,9 @@ HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t 
 // Products with a transposed B (nn.Linear: x [M, K] times W [N, K]^T) with the roles of the
 // operands swapped: the micro-tile is 32 rows of C (two vectors along M, from x packed into
 // 32-row panels) by up to 14 columns, each column's value W[j, p] broadcast straight from W's
-// row j. W is read in place, never packed: transposing it cost as much as packing x and W
-// both do here together, on the shuffle port the FMAs also need. Each output is still the
-// same chain of FMAs over p from zero, added to C per K block: bitwise what GemmImpl gives.
+// row j. W is read in place, never packed: packing it for GemmImpl means transposing it, on
+// the shuffle port the FMAs also need (5-8% of a linear layer). Each output is a chain of FMAs
+// over p from zero per K block of at most kWtKC, the blocks added into C in order.
 constexpr size_t kWtRows = 2 * kN;  // rows of C per micro-tile (x panel width)
 constexpr size_t kWtCols = 14;      // columns of C per micro-tile (rows of W)
 
@@ -389,6 +389,7 @@ void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdif
     }
   }
 }
+
 // GemmWt's products: an f32 B^T (rows contiguous along p) over a K long enough, in a product
 // of few enough rows (the whole product's: every tile, at any thread count, takes the same
 // path, so the bits do not depend on the tiling).
