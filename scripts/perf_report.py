@@ -926,8 +926,9 @@ def generate(results, previous=None):
         data = read_json(path)
         heading = f"### {title} (`{name}`)"
         out += [heading, ""]
-        if data is None and carried(previous, heading, name, rel):
-            out += carried(previous, heading, name, rel)
+        kept = carried(previous, heading, name, rel) if data is None else None
+        if kept:
+            out += kept
             continue
         if not is_gbench(data):
             why = "not present"
@@ -950,8 +951,9 @@ def generate(results, previous=None):
         data = read_json(path)
         heading = f"### {title} (`{name}`)"
         out += [heading, ""]
-        if data is None and carried(previous, heading, name, rel):
-            out += carried(previous, heading, name, rel)
+        kept = carried(previous, heading, name, rel) if data is None else None
+        if kept:
+            out += kept
             continue
         if data is None or data is UNREADABLE or is_gbench(data):
             why = "not present" if data is None else "is not valid JSON"
