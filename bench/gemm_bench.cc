@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 #include <hwy/targets.h>
 
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -109,6 +110,35 @@ void BM_dvm_avx2(benchmark::State& state) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// bf16 A and B (bits truncated from the f32 operands), f32 C: gemm_half, on AMX tiles where
+// the CPU has them (gemm_half_on_amx), else converted to f32 panels. B row-major or, with
+// transposed_b, nn.Linear's W [N, K].
+void run_gemm_bf16(benchmark::State& state, bool transposed_b) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Operands o(m, n, k);
+  const auto bits = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      out[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v[i]) >> 16);
+    return out;
+  };
+  const std::vector<uint16_t> a = bits(o.a), b = bits(o.b);
+  const int64_t b_rs = transposed_b ? 1 : n, b_cs = transposed_b ? k : 1;
+  time_gemm(state, o, [&] {
+    dvm::vm::cpu::gemm_half(dvm::DType::kBF16, m, n, k, a.data(), k, 1, b.data(), b_rs, b_cs,
+                            o.c.data(), n, false);
+  });
+  state.SetLabel(dvm::vm::cpu::gemm_half_on_amx(dvm::DType::kBF16) ? "amx" : "f32 panels");
+}
+
+void BM_dvm_bf16(benchmark::State& state) {
+  run_gemm_bf16(state, false);
+}
+
+void BM_dvm_bf16_bt(benchmark::State& state) {
+  run_gemm_bf16(state, true);
+}
+
 #ifdef DVM_HAVE_OPENBLAS
 void BM_openblas(benchmark::State& state) {
   openblas_set_num_threads(1);
@@ -129,6 +159,7 @@ void shapes(benchmark::internal::Benchmark* b) {
     for (int64_t k : {768, 3072}) b->Args({m, 256, k});
   b->Args({256, 512, 768});  // one VM tile of a BERT linear layer (batch 2 x 128 tokens)
   b->Args({256, 512, 3072});
+  b->Args({256, 512, 2048});  // x @ W^T of a 2048 -> 8192 MLP (one VM tile)
   for (int64_t m : {1, 4, 16})
     for (int64_t n : {768, 3072}) b->Args({m, n, 768});
   b->MinTime(0.2);
@@ -140,6 +171,8 @@ BENCHMARK(BM_dvm_packed)->Apply(shapes);
 BENCHMARK(BM_dvm_bt)->Apply(shapes);
 BENCHMARK(BM_dvm_bt_in_place)->Apply(shapes);
 BENCHMARK(BM_dvm_avx2)->Apply(shapes);
+BENCHMARK(BM_dvm_bf16)->Apply(shapes);
+BENCHMARK(BM_dvm_bf16_bt)->Apply(shapes);
 #ifdef DVM_HAVE_OPENBLAS
 BENCHMARK(BM_openblas)->Apply(shapes);
 #endif

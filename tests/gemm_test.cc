@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <random>
 #include <string>
@@ -324,6 +325,52 @@ TEST(Gemm, Half) {
               for (bool acc : {false, true}) run_half(t, m, n, 291, la, lb, acc, rng);
     run_half(DType::kBF16, 100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
   });
+}
+
+// bf16 around the AMX tile edges (16 rows, 32 K values, 32 x 32 blocks, 512-value K blocks of
+// the packed-B path): every B layout's path (row-major: VNNI packing of row pairs; transposed:
+// W^T read in place, or copied for a K tail; padded and broadcast: the generic packers). On a
+// CPU without AMX these run the f32-panel path and must pass the same way.
+TEST(Gemm, Bf16TileEdges) {
+  std::mt19937 rng(17);
+  for (Layout lb :
+       {Layout::kRowMajor, Layout::kTransposed, Layout::kPadded, Layout::kBroadcastCols}) {
+    for (int64_t m : {1, 15, 16, 17, 33, 70})
+      for (int64_t n : {1, 16, 31, 33, 64})
+        for (int64_t k : {1, 2, 31, 32, 33, 96}) {
+          run_half(DType::kBF16, m, n, k, Layout::kRowMajor, lb, false, rng);
+        }
+    run_half(DType::kBF16, 40, 50, 1100, Layout::kRowMajor, lb, false, rng);  // 3 K blocks
+    run_half(DType::kBF16, 33, 17, 600, Layout::kPadded, lb, true, rng);
+    run_half(DType::kBF16, 100, 70, 1024, Layout::kTransposed, lb, true, rng);
+  }
+}
+
+// The VM computes one product in tiles that depend on the thread count: any split of the rows
+// or columns of a bf16 product gives the bits of the whole (each element sums its K products in
+// one order, whatever the path or the blocks).
+TEST(Gemm, Bf16SplitsAreBitwiseTheWhole) {
+  std::mt19937 rng(18);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t m = 75, n = 90, k = 1100;
+  std::vector<uint16_t> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+  for (uint16_t& x : a) x = ops::f32_to_bf16_bits(dist(rng));
+  for (uint16_t& x : b) x = ops::f32_to_bf16_bits(dist(rng));
+  for (bool transposed : {false, true}) {
+    const int64_t b_rs = transposed ? 1 : n, b_cs = transposed ? k : 1;
+    std::vector<float> whole(static_cast<size_t>(m * n)), parts(whole.size(), -1.0f);
+    gemm_half(DType::kBF16, m, n, k, a.data(), k, 1, b.data(), b_rs, b_cs, whole.data(), n, false);
+    for (int64_t i0 : {int64_t{0}, int64_t{37}}) {
+      const int64_t rows = i0 == 0 ? 37 : m - 37;
+      for (int64_t j0 : {int64_t{0}, int64_t{20}, int64_t{52}}) {
+        const int64_t cols = j0 == 0 ? 20 : (j0 == 20 ? 32 : n - 52);
+        gemm_half(DType::kBF16, rows, cols, k, a.data() + i0 * k, k, 1, b.data() + j0 * b_cs, b_rs,
+                  b_cs, parts.data() + i0 * n + j0, n, false);
+      }
+    }
+    EXPECT_EQ(std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)), 0)
+        << (transposed ? "B^T" : "B") << (gemm_half_on_amx(DType::kBF16) ? " on AMX" : "");
+  }
 }
 
 // B packed ahead of time (pack_b: the VM's cached constant weights) gives every bit of the

@@ -28,6 +28,8 @@ const EnvKnobs& env() {
     k.lazy_dump = flag("DVM_LAZY_DUMP");
     k.verify_always = flag("DVM_VERIFY_ALWAYS");
     k.profile = flag("DVM_PROFILE");
+    const char* amx = std::getenv("DVM_AMX");
+    k.amx = amx == nullptr || std::strcmp(amx, "0") != 0;
     if (std::getenv("DVM_WEIGHT_CACHE_MB") != nullptr) {
       k.weight_cache_mb = integer("DVM_WEIGHT_CACHE_MB");
     }

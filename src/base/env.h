@@ -3,7 +3,8 @@
 // stderr; DVM_NUM_THREADS=n caps the VM's threads; DVM_VERIFY_ALWAYS=1 re-verifies programs on
 // cache hits too (debugging aid); DVM_LAZY_DUMP=1 prints each graph a lazy-tensor flush compiles
 // (plan-cache misses) with its fusion report; DVM_WEIGHT_CACHE_MB=n sizes the packed-weight cache;
-// DVM_PROFILE=1 times every kernel launch and prints a table at exit (base/profile.h).
+// DVM_PROFILE=1 times every kernel launch and prints a table at exit (base/profile.h); DVM_AMX=0
+// keeps bf16 matmuls off the AMX tiles (vm/cpu/gemm_amx.h).
 #pragma once
 
 namespace dvm::base {
@@ -16,6 +17,7 @@ struct EnvKnobs {
   int weight_cache_mb = -1;    // DVM_WEIGHT_CACHE_MB: -1 unset
   bool verify_always = false;  // DVM_VERIFY_ALWAYS=1: re-verify cached programs on every use
   bool profile = false;        // DVM_PROFILE=1: per-kernel launch times, printed at exit
+  bool amx = true;             // DVM_AMX=0: bf16 matmuls without AMX tiles
 };
 
 // Read once, on first use.

@@ -1021,6 +1021,7 @@ void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
 const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
                                    int64_t rows, int64_t ak) {
   if (args_.versions == nullptr || args_.versions[db.slot] == 0) return nullptr;
+  if (cpu::gemm_half_on_amx(db.dtype)) return nullptr;
   if (skinny(db, b, bk, rows, ak)) return nullptr;
   if (transposed_b_in_place(db, b, k, bk, rows)) return nullptr;
   static const int64_t panel_cols = cpu::gemm_micro_tile().n;

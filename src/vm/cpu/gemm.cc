@@ -24,10 +24,12 @@
 #include <utility>
 
 #include "ops/scalar_ops.h"
+#include "vm/cpu/avx512_transpose.h"
+#include "vm/cpu/gemm_amx.h"
 
 namespace dvm::vm::cpu::gemm_detail {
 // Thread-local 64-byte aligned scratch of at least `floats` floats, grown on demand; slot 0 holds
-// the packed A block, slot 1 the packed B block.
+// the packed A block, slot 1 the packed B block, slot 2 partial sums (gemm_amx.cc).
 float* scratch(int slot, size_t floats);
 }  // namespace dvm::vm::cpu::gemm_detail
 
@@ -195,35 +197,6 @@ struct ConvBF16 {
 };
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// Transposes a 16 x 16 block in registers: on entry v[r] holds row r (16 values along p), on
-// exit v[p] holds column p (the 16 rows' values at p). 64 shuffles for 256 floats, a quarter of
-// what 4 x 4 blocks of 128-bit vectors take.
-HWY_INLINE void Transpose16x16(__m512 v[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
-  }
-  // u[4g + q]: rows 4g..4g+3 at p = q, q + 4, q + 8, q + 12 (one per 128-bit lane).
-  for (int g = 0; g < 4; ++g) {
-    const __m512 *lo = &t[4 * g], *hi = &t[4 * g + 2];
-    u[4 * g + 0] = _mm512_shuffle_ps(lo[0], hi[0], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * g + 1] = _mm512_shuffle_ps(lo[0], hi[0], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * g + 2] = _mm512_shuffle_ps(lo[1], hi[1], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * g + 3] = _mm512_shuffle_ps(lo[1], hi[1], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int q = 0; q < 4; ++q) {
-    const __m512 a0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);  // lanes 0, 2 of rows 0-7
-    const __m512 a1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xDD);  // lanes 1, 3
-    const __m512 b0 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
-    const __m512 b1 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xDD);
-    v[q] = _mm512_shuffle_f32x4(a0, b0, 0x88);
-    v[q + 8] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
-    v[q + 4] = _mm512_shuffle_f32x4(a1, b1, 0x88);
-    v[q + 12] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
-  }
-}
-
 // panel[p * kWidth + off + r] = src[r * rs + p] for r < rows <= 16, p < kc: 16 x 16 blocks
 // transposed in registers. Missing rows read as zero; stores cover `lanes` >= rows lanes (B
 // panels store their zero padding with them, A panels exactly their rows), never past them.
@@ -852,7 +825,7 @@ float* scratch(int slot, size_t floats) {
     size_t size = 0;
     ~Buffer() { ::operator delete (data, std::align_val_t{64}); }
   };
-  thread_local Buffer buffers[2];
+  thread_local Buffer buffers[3];
   Buffer& buf = buffers[slot];
   if (buf.size < floats) {
     ::operator delete (buf.data, std::align_val_t{64});
@@ -889,8 +862,15 @@ void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a
                int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
                bool accumulate) {
   if (m <= 0 || n <= 0) return;
+  if (gemm_half_on_amx(in_type)) {
+    return gemm_bf16_amx(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+  }
   HWY_DYNAMIC_DISPATCH(GemmHalf)
   (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+}
+
+bool gemm_half_on_amx(DType in_type) {
+  return in_type == DType::kBF16 && amx_bf16_enabled();
 }
 
 size_t packed_b_floats(int64_t k, int64_t n) {

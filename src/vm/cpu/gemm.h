@@ -26,6 +26,11 @@ void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a
                int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
                bool accumulate);
 
+// bf16 products run on AMX tiles where the CPU has them (gemm_amx.h): gemm_half takes that path
+// by itself. Such a B is read in place (weights in their own layout, packed in small blocks per
+// call), never from f32 panels packed ahead of time: the VM's weight cache leaves it alone.
+bool gemm_half_on_amx(DType in_type);
+
 // Skinny products with a transposed f32 B (decode through a linear layer, up to
 // kSkinnyMaxRows rows of x) read B in place, as dot products of contiguous rows, W streamed
 // once (gemm_f32_skinny); a packed B is not used for them. The VM decides by the whole
