@@ -1,9 +1,10 @@
 """Model-sized weights: DVM's packed-weight cache against its capacity, and against eager.
 
     python python/bench/weights_bench.py [--sizes-gib 0.5 1.25] [--rows 1 16 128] [--rounds 5]
+                                         [--dtypes f32 bf16]
 
-A stack of `x = x + Linear(F->H)(gelu(Linear(H->F)(x)))` blocks (H = 2048, F = 8192, f32; 128
-MiB of weights per block) through torch.compile(backend="dvm", dynamic=True). Configurations,
+A stack of `x = x + Linear(F->H)(gelu(Linear(H->F)(x)))` blocks (H = 2048, F = 8192; f32 (128
+MiB of weights per block) or bf16 weights and activations (64 MiB)) through torch.compile(backend="dvm", dynamic=True). Configurations,
 measured in alternating rounds in one process (per-call medians over all rounds):
 
 - eager: PyTorch, op by op;
@@ -42,11 +43,14 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-def make_model(gib):
-    per_block = 2 * HIDDEN * FFN * 4
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def make_model(gib, dtype):
+    per_block = 2 * HIDDEN * FFN * dtype.itemsize
     blocks = max(1, round(gib * 2**30 / per_block))
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[Block() for _ in range(blocks)]).eval()
+    model = torch.nn.Sequential(*[Block() for _ in range(blocks)]).to(dtype).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model, blocks * per_block
@@ -58,9 +62,12 @@ def time_call(fn, x):
     return (time.perf_counter() - t) * 1e3
 
 
-def bench(gib, rows, rounds, capacity):
-    model, weight_bytes = make_model(gib)
-    x = torch.randn(rows, HIDDEN)
+def bench(gib, rows, rounds, capacity, dtype_name):
+    dtype = DTYPES[dtype_name]
+    model, weight_bytes = make_model(gib, dtype)
+    x = torch.randn(rows, HIDDEN, dtype=dtype)
+    # bf16 results are rounded to 8 bits of mantissa, in a different order than eager's.
+    tol = 1e-3 if dtype == torch.float32 else 5e-2
     torch._dynamo.reset()
     fns = {
         "eager": model,
@@ -77,7 +84,7 @@ def bench(gib, rows, rounds, capacity):
         want = model(x)
         for name, fn in fns.items():  # compile + warm (and check) each
             dvm.set_weight_cache_capacity(caps.get(name, capacity))
-            torch.testing.assert_close(fn(x), want, rtol=1e-3, atol=1e-3)
+            torch.testing.assert_close(fn(x), want, rtol=tol, atol=tol)
         for _ in range(rounds):
             for name, fn in fns.items():
                 dvm.clear_weight_cache()
@@ -95,6 +102,7 @@ def bench(gib, rows, rounds, capacity):
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {
         "weights_gib": weight_bytes / 2**30,
+        "dtype": dtype_name,
         "rows": rows,
         "ms": med,
         "speedup_vs_eager": {k: med["eager"] / v for k, v in med.items()},
@@ -109,20 +117,22 @@ def main():
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 16, 128])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--dtypes", nargs="+", default=["f32"], choices=sorted(DTYPES))
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     capacity = dvm.weight_cache_stats().capacity
     results = []
-    for gib in args.sizes_gib:
-        for rows in args.rows:
-            r = bench(gib, rows, args.rounds, capacity)
-            results.append(r)
-            cells = "  ".join(f"{k} {v:.1f} ms ({r['speedup_vs_eager'][k]:.2f}x)"
-                              for k, v in r["ms"].items())
-            print(f"{r['weights_gib']:.2f} GiB  M={rows}: {cells}  "
-                  f"packs/call {r['packs_per_call']}  cache MiB "
-                  f"{ {k: v >> 20 for k, v in r['cache_bytes'].items()} }", flush=True)
+    for dtype_name in args.dtypes:
+        for gib in args.sizes_gib:
+            for rows in args.rows:
+                r = bench(gib, rows, args.rounds, capacity, dtype_name)
+                results.append(r)
+                cells = "  ".join(f"{k} {v:.1f} ms ({r['speedup_vs_eager'][k]:.2f}x)"
+                                  for k, v in r["ms"].items())
+                print(f"{dtype_name} {r['weights_gib']:.2f} GiB  M={rows}: {cells}  "
+                      f"packs/call {r['packs_per_call']}  cache MiB "
+                      f"{ {k: v >> 20 for k, v in r['cache_bytes'].items()} }", flush=True)
     os.makedirs("bench_results", exist_ok=True)
     out = {
         "machine": {"cpu": platform.processor() or platform.machine(),
