@@ -67,7 +67,7 @@ def bench(gib, rows, rounds, capacity, dtype_name):
     model, weight_bytes = make_model(gib, dtype)
     x = torch.randn(rows, HIDDEN, dtype=dtype)
     # bf16 results are rounded to 8 bits of mantissa, in a different order than eager's.
-    tol = 1e-3 if dtype == torch.float32 else 5e-2
+    tol = 1e-3 if dtype == torch.float32 else 1e-2
     torch._dynamo.reset()
     fns = {
         "eager": model,
@@ -84,7 +84,12 @@ def bench(gib, rows, rounds, capacity, dtype_name):
         want = model(x)
         for name, fn in fns.items():  # compile + warm (and check) each
             dvm.set_weight_cache_capacity(caps.get(name, capacity))
-            torch.testing.assert_close(fn(x), want, rtol=tol, atol=tol)
+            got = fn(x)
+            if dtype == torch.float32:
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+            else:  # a few elements of many differ by more than bf16's rounding: a norm
+                err = (got.float() - want.float()).norm() / want.float().norm()
+                assert err < tol, f"{name}: relative error {err:.3g} of eager's bf16 result"
         for _ in range(rounds):
             for name, fn in fns.items():
                 dvm.clear_weight_cache()
