@@ -872,3 +872,40 @@ def test_kernels_share_torchs_threads_under_concurrent_torch_work():
         assert not errors, errors[0]
     finally:
         torch.set_num_threads(before)
+
+
+class _ScaledRmsNorm(torch.nn.Module):
+    """Float attributes (an epsilon, a scale) that Dynamo passes as SymFloats under
+    dynamic=True, as HF's RMSNorm and rotary embeddings do."""
+
+    def __init__(self):
+        super().__init__()
+        self.eps = 1e-6
+        self.scale = 0.1
+
+    def forward(self, x):
+        y = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype)
+        return y * self.scale + self.scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_symfloat_operands_run_in_dvm(dtype):
+    # Once such nodes ran in PyTorch ("input _local_scalar_dense of type SymFloat"), splitting
+    # every norm out of its kernel; now they are rank-0 f32 inputs of the partition. A new
+    # value of the attribute reaches the kernel without a recompile. (bf16: the fused kernel
+    # keeps f32 between the ops where eager rounds each result to bf16: a bf16 ulp apart.)
+    torch._dynamo.reset()
+    tb.reset_stats()
+    m = _ScaledRmsNorm()
+    c = torch.compile(m, backend="dvm", dynamic=True)
+    for rows, scale in ((3, 0.1), (5, 0.1), (7, -2.5)):
+        m.scale = scale
+        x = torch.randn(2, rows, 64).to(dtype)
+        want = m(x)
+        ulp = 2.0**-7 * want.abs().max().item()  # bf16's spacing at the output's scale
+        tol = dict(rtol=1.6e-2, atol=ulp) if dtype == torch.bfloat16 else dict(rtol=1e-5,
+                                                                                 atol=1e-6)
+        torch.testing.assert_close(c(x), want, **tol)
+    st = tb.stats()
+    assert st["dynamo_graphs"] == 1, st
+    assert st.get("partition_fallbacks", 0) == 0 and st.get("runtime_fallbacks", 0) == 0, st

@@ -25,7 +25,7 @@ import dvm
 from dvm import aten_ops as T
 
 from .symbolic import Unsupported, same_dim
-from .translate import DVM_TO_TORCH, Translator
+from .translate import DVM_TO_TORCH, Translator, dvm_dtype
 
 aten = torch.ops.aten
 
@@ -98,6 +98,16 @@ def _operand(tr: Translator, a, dtype):
 
 
 def _binary(tr: Translator, op, a, b, compute_dtype):
+    scalars = [isinstance(x, dvm.Tensor) and x.id in tr.float_scalars for x in (a, b)]
+    if any(scalars):
+        # A SymFloat operand is a Python scalar to torch: it never changes the result dtype,
+        # and torch computes with it in f32 (opmath) also for f16/bf16 tensors.
+        d = compute_dtype if isinstance(compute_dtype, dvm.DType) else dvm_dtype(compute_dtype)
+        if d not in (dvm.DType.F32, dvm.DType.F16, dvm.DType.BF16):
+            raise Unsupported(f"a SymFloat operand with {d} compute")
+        f32 = dvm.DType.F32
+        r = tr.gb.binary(op, _operand(tr, a, f32), _operand(tr, b, f32))
+        return tr.cast(r, d)
     a = _operand(tr, a, compute_dtype)
     b = _operand(tr, b, compute_dtype)
     if not isinstance(a, dvm.Tensor) and not isinstance(b, dvm.Tensor):

@@ -116,6 +116,8 @@ def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbo
         if isinstance(v, torch.Tensor):
             in_plan.append(("arg", i))
             input_ids[tr.env[ph].id] = i
+        elif isinstance(v, torch.SymFloat):
+            in_plan.append(("float", i))
         elif isinstance(v, torch.SymInt):
             e = tr.env[ph]
             if not isinstance(e, int) and e.is_symbol():

@@ -81,6 +81,24 @@ def carrier(n) -> torch.Tensor:
     return _CARRIER.expand(n)
 
 
+_SCALARS: dict[float, torch.Tensor] = {}
+
+
+def float_scalar(v) -> torch.Tensor:
+    """A rank-0 f32 tensor holding the float v (a SymFloat argument), cached by value: models
+    pass the same few constants on every call."""
+    v = float(v)
+    t = _SCALARS.get(v)
+    if t is None:
+        if len(_SCALARS) >= 1024:
+            _SCALARS.clear()
+        t = _SCALARS[v] = torch.tensor(v, dtype=torch.float32)
+    return t
+
+
+_FEED = {"arg": lambda a: a, "carrier": carrier, "float": float_scalar}
+
+
 class DvmPartition(torch.nn.Module):
     """Calls one compiled DVM graph; falls back to the partition's ATen code on a run-time
     error (logged), so a DVM limitation never breaks the model."""
@@ -91,7 +109,7 @@ class DvmPartition(torch.nn.Module):
         self.name = name
         self.exe = exe
         self.graph = graph  # the dvm.Graph (to_string() for debugging)
-        self.in_plan = in_plan  # ("arg", i) | ("carrier", i)
+        self.in_plan = in_plan  # ("arg", i) | ("carrier", i) | ("float", i)
         self.out_plan = out_plan  # ("dvm", k) | ("clone", i): per partition output
         self.out_dtypes = out_dtypes
         self.tuple_out = tuple_out
@@ -111,7 +129,7 @@ class DvmPartition(torch.nn.Module):
         if self._simple:
             ins = [args[i] for i in self._arg_idx]
         else:
-            ins = [args[i] if k == "arg" else carrier(args[i]) for k, i in self.in_plan]
+            ins = [_FEED[k](args[i]) for k, i in self.in_plan]
         # With freeze_weights, parameters (weights) are dvm.Constant: DVM packs a weight once as
         # a matmul operand instead of on every call; the version follows torch's version
         # counter, so an in-place update of the parameter (an optimizer step) repacks, but a

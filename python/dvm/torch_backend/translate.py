@@ -63,6 +63,9 @@ class Translator:
         self.env: dict[Node, object] = {}
         self.inputs: list[tuple[str, object]] = []  # (kind, payload) in DVM input order
         self.input_shapes: list[list] = []
+        # ids of rank-0 f32 inputs that carry a SymFloat (a Python float Dynamo made dynamic:
+        # an epsilon, a scale): binary ops take them as scalars (ops._binary)
+        self.float_scalars: set[int] = set()
         self.node = None  # the node being translated (for error messages)
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -88,6 +91,13 @@ class Translator:
             self.env[node] = self.sym(v)
         elif isinstance(v, (int, float, bool)):
             self.env[node] = v
+        elif isinstance(v, torch.SymFloat):
+            # Dynamo passes model floats (norm epsilons, rotary scales) as SymFloats under
+            # dynamic=True; the partition feeds each as a rank-0 f32 tensor (runtime.py)
+            t = self.gb.input(name or node.name, dvm.DType.F32, [])
+            self.input_shapes.append([])
+            self.float_scalars.add(t.id)
+            self.env[node] = t
         else:
             raise Unsupported(f"input {node.name} of type {type(v).__name__}")
 
