@@ -256,31 +256,56 @@ TEST(Passes, ScaleOfMatmulOperandMovesToTheOutput) {
   }
 }
 
-// pow(x, 2) becomes x * x (exact), so rmsnorm's mean of squares reads x once as a dot
-// product; other exponents stay pow.
-TEST(Passes, SquareBecomesAProduct) {
+// pow(x, c) for c in {2, 3, 0.5, -0.5, -1, -2} becomes the products, square roots and
+// reciprocals torch's own pow kernel computes for them (so the results are torch's bits):
+// rmsnorm's mean of squares reads x once as a dot product, GPT-2's gelu_new cube is two
+// multiplies (the general pow costs ~15 ns an element). Other exponents stay pow.
+TEST(Passes, PowByConstantBecomesTorchsFormula) {
   GraphBuilder gb("rms");
   SymExpr s = gb.symbol("S");
   Tensor x = gb.input("x", DType::kF32, {s, 40});
   Tensor ms = gb.reduce(ReduceOp::kMean, gb.binary(BinaryOp::kPow, x, 2.0), {-1}, true);
   gb.output("y", gb.mul(x, gb.unary(UnaryOp::kRsqrt, gb.binary(BinaryOp::kAdd, ms, 1e-6))));
-  gb.output("cube", gb.binary(BinaryOp::kPow, x, 3.0));
+  const double exps[] = {3.0, 0.5, -0.5, -1.0, -2.0, 1.7};
+  const char* const names[] = {"cube", "sqrt", "rsqrt", "recip", "recip_square", "other"};
+  for (size_t k = 0; k < std::size(exps); ++k) {
+    gb.output(names[k], gb.binary(BinaryOp::kPow, x, exps[k]));
+  }
   auto exe = Executable::compile(*gb.build());
   ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
   const Graph& opt = (*exe)->optimized();
-  EXPECT_EQ(count_ops(opt, "binary.pow"), 1) << opt.to_string();  // the cube only
+  EXPECT_EQ(count_ops(opt, "binary.pow"), 1) << opt.to_string();  // x^1.7 only
   std::mt19937 rng(4);
   std::vector<HostTensor> in = {random_host(DType::kF32, {7, 40}, rng)};
+  for (int64_t i = 0; i < 7 * 40; i += 3) in[0].set(i, std::abs(in[0].at(i)) + 0.25);
   auto out = run_graph(**exe, in);
   ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  const auto torch_pow = [](float v, double e) -> float {  // ATen's pow_tensor_scalar kernel
+    if (e == 3.0) return v * v * v;
+    if (e == 0.5) return std::sqrt(v);
+    if (e == -0.5) return 1.0f / std::sqrt(v);
+    if (e == -1.0) return 1.0f / v;
+    if (e == -2.0) return 1.0f / (v * v);
+    return std::pow(v, static_cast<float>(e));
+  };
   for (int64_t i = 0; i < 7; ++i) {
     double ss = 0;
     for (int64_t j = 0; j < 40; ++j) ss += double(in[0].at(i * 40 + j)) * in[0].at(i * 40 + j);
     const double inv = 1.0 / std::sqrt(ss / 40 + 1e-6);
     for (int64_t j = 0; j < 40; ++j) {
-      const double v = in[0].at(i * 40 + j);
+      const float v = in[0].at(i * 40 + j);
       EXPECT_NEAR((*out)[0].at(i * 40 + j), v * inv, 1e-5 * (1 + std::abs(v * inv)));
-      EXPECT_NEAR((*out)[1].at(i * 40 + j), v * v * v, 1e-5 * (1 + std::abs(v * v * v)));
+      for (size_t k = 0; k + 1 < std::size(exps); ++k) {
+        const float got = (*out)[k + 1].at(i * 40 + j), want = torch_pow(v, exps[k]);
+        EXPECT_TRUE(got == want || (std::isnan(got) && std::isnan(want)))
+            << "x=" << v << " ^ " << exps[k] << ": " << got << " vs " << want;
+      }
+      const float want = torch_pow(v, 1.7), got = (*out)[6].at(i * 40 + j);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << "x=" << v << " ^ 1.7";
+      } else {
+        EXPECT_NEAR(got, want, 1e-5 * (1 + std::abs(want)));
+      }
     }
   }
 }

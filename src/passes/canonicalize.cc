@@ -180,14 +180,28 @@ const Rule kRules[] = {
        if (commutes && is_scalar_const(c.arg(0), unit) && c.same_type_as(1)) return c.args[1];
        return -1;
      }},
-    // pow(x, 2) = x * x  (exactly: the spec rounds the square once either way). The product
-    // then joins a reduction as one pass: rmsnorm's mean(x.pow(2)) becomes a dot product.
-    {"square",
+    // pow(x, c) for the constants torch's own kernel special-cases, as it computes them:
+    // 2: x * x (then joins a reduction as one pass: rmsnorm's mean(x.pow(2)) becomes a dot
+    // product); 3: (x * x) * x (GPT-2's gelu_new: the general pow took 15 ns an element);
+    // 0.5: sqrt(x); -0.5: 1 / sqrt(x); -1: 1 / x; -2: 1 / (x * x). Float types only.
+    {"pow_by_constant",
      [](Ctx& c) {
        if (c.n.op != GraphOp::kBinary || c.n.sub != static_cast<int>(BinaryOp::kPow) ||
-           !is_scalar_const(c.arg(1), 2.0) || !c.same_type_as(0))
+           !is_float(c.n.dtype) || !c.same_type_as(0) || c.arg(1).op != GraphOp::kConstant ||
+           !c.arg(1).sym.empty()) {
          return -1;
-       return c.rw.em().binary(BinaryOp::kMul, c.args[0], c.args[0]);
+       }
+       const double e = c.arg(1).value;
+       const int x = c.args[0];
+       graph::GraphEmitter& em = c.rw.em();
+       const auto unary = [&em](UnaryOp op, int v) { return em.unary(op, v); };
+       if (e == 2.0) return em.binary(BinaryOp::kMul, x, x);
+       if (e == 3.0) return em.binary(BinaryOp::kMul, em.binary(BinaryOp::kMul, x, x), x);
+       if (e == 0.5) return unary(UnaryOp::kSqrt, x);
+       if (e == -0.5) return unary(UnaryOp::kReciprocal, unary(UnaryOp::kSqrt, x));
+       if (e == -1.0) return unary(UnaryOp::kReciprocal, x);
+       if (e == -2.0) return unary(UnaryOp::kReciprocal, em.binary(BinaryOp::kMul, x, x));
+       return -1;
      }},
     // gather(f(a, b), idx) = f(gather(a, idx), b) along an axis where b is constant (size 1),
     // for elementwise f, recursively; gather(f(a), idx) = f(gather(a, idx)). The few gathered
