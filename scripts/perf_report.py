@@ -850,6 +850,50 @@ def section_host(path, d):
     return out
 
 
+def section_models(path, d):
+    m = dict(d.get("machine", {}))
+    if "torch" in d:
+        m["torch"] = d["torch"]
+    sz = d.get("sizes", {})
+    out = py_header(path, m, [f"dtype {d.get('dtype', '?')}", f"{d.get('rounds', '?')} rounds"],
+                    date=d.get("date"), commit=d.get("commit"))
+    cfgs = [c for c in ("eager", "inductor", "dvm")
+            if any(c in r.get("steady_ms", {}) for r in d.get("results", []))]
+    lengths = d.get("lengths", [])
+    out += ["", f"HuggingFace models built from their config classes with random weights "
+            f"({sz.get('layers', '?')} layers, hidden {sz.get('hidden', '?')}, "
+            f"{sz.get('heads', '?')} heads ({sz.get('kv_heads', '?')} KV heads where the model "
+            f"groups them), FFN {sz.get('ffn', '?')}, vocabulary {sz.get('vocab', '?')}), batch 2 "
+            f"x lengths {', '.join(str(x) for x in lengths)} (ViT: length / 16 images of 64 x "
+            "64), no_grad, `torch.compile(dynamic=True)`: one compilation for all lengths. "
+            "Steady = per length, configurations called in turn each round, medians; × eager = "
+            "geometric mean over lengths of eager time / config time; first call = the compiled "
+            "model's first call (Dynamo's trace and the backend's compile); err = relative "
+            "error (2-norm) of the first call's output against eager.", ""]
+    rows = []
+    for r in d.get("results", []):
+        sp, fc, err = r.get("speedup_vs_eager", {}), r.get("first_call_ms", {}), r.get(
+            "rel_error", {})
+        row = [r.get("model", "?")]
+        for c in cfgs:
+            row.append(fmt(sp.get(c)))
+        for c in cfgs:
+            if c != "eager":
+                row.append(fmt((fc.get(c) or 0) / 1e3))
+        if "inductor" in cfgs and "dvm" in cfgs:
+            row.append(fmt(sp["dvm"] / sp["inductor"]) if sp.get("inductor") else "-")
+            row.append(fmt(fc["inductor"] / fc["dvm"]) if fc.get("dvm") else "-")
+        row.append(f"{err['dvm']:.1e}" if "dvm" in err else "-")
+        rows.append(row)
+    head = ["model"] + [f"{c} × eager" for c in cfgs] + [
+        f"first call {c} s" for c in cfgs if c != "eager"]
+    if "inductor" in cfgs and "dvm" in cfgs:
+        head += ["DVM / Inductor (steady)", "Inductor / DVM (first call)"]
+    head.append("DVM err")
+    out += table(head, rows, numeric_from=1)
+    return out
+
+
 PY = [
     ("matmul_bench", "Matmul against torch.mm (Python harness)", section_py_matmul,
      "python3 python/bench/matmul_bench.py [--quick] [--threads N]"),
@@ -865,6 +909,9 @@ PY = [
      "python3 python/bench/subgraph_bench.py [--rounds R] [--threads N] [--no-inductor]"),
     ("host_bench", "The host path: per call, Executable call and first call",
      section_host, "python3 python/bench/host_bench.py [--no-inductor] [--only ...]"),
+    ("models_bench", "HuggingFace models: eager, Inductor and DVM, steady state and first call",
+     section_models,
+     "python3 python/bench/models_bench.py [--threads 2] [--configs eager inductor dvm]"),
 ]
 
 # ---------------------------------------------------------------------------------------------

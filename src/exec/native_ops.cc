@@ -57,6 +57,16 @@ int64_t read_index(const TensorArg& t, int64_t elem_offset) {
   return v;
 }
 
+// Are t's dims after `axis` laid out contiguously (row-major, no gaps: one memcpy each)?
+bool dense_after(const TensorArg& t, const std::vector<int64_t>& strides, int axis) {
+  int64_t want = 1;
+  for (int d = static_cast<int>(t.shape.size()) - 1; d > axis; --d) {
+    if (t.shape[d] != 1 && strides[d] != want) return false;
+    want *= t.shape[d];
+  }
+  return true;
+}
+
 }  // namespace
 
 void strided_copy(const TensorArg& in, const TensorArg& out) {
@@ -86,6 +96,18 @@ Status index_select(const std::string& where, const TensorArg& x, const TensorAr
       return out_of_range(where + ": index " + std::to_string(v) + " out of range for dim " +
                           std::to_string(axis) + " of size " + std::to_string(dim));
     }
+  }
+  if (axis == 0 && dense_after(x, sx, 0) && dense_after(out, so, 0)) {
+    // Rows of an embedding table: one copy of a contiguous row per index (the strided path
+    // below builds two sub-views per index: T5's [T * T]-index position-bias lookup took
+    // 0.9 ms at T = 128, eager 26 us).
+    int64_t row = dtype_size(x.dtype);
+    for (size_t d = 1; d < x.shape.size(); ++d) row *= x.shape[d];
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t v = read_index(index, k * si[0]);
+      std::memcpy(elem_ptr(out, k * so[0]), elem_ptr(x, v * sx[0]), static_cast<size_t>(row));
+    }
+    return Status::ok();
   }
   // Copy out[.., k, ..] = x[.., index[k], ..] as strided sub-views.
   for (int64_t k = 0; k < n; ++k) {
