@@ -160,6 +160,8 @@ void shapes(benchmark::internal::Benchmark* b) {
   b->Args({256, 512, 768});  // one VM tile of a BERT linear layer (batch 2 x 128 tokens)
   b->Args({256, 512, 3072});
   b->Args({256, 512, 2048});  // x @ W^T of a 2048 -> 8192 MLP (one VM tile)
+  b->Args({256, 384, 256});   // half of a hidden-256 model's 256 -> 768 projection (VM tile)
+  b->Args({256, 768, 256});   // the whole of it
   for (int64_t m : {1, 4, 16})
     for (int64_t n : {768, 3072}) b->Args({m, n, 768});
   b->MinTime(0.2);
