@@ -868,7 +868,8 @@ def section_models(path, d):
             "64), no_grad, `torch.compile(dynamic=True)`: one compilation for all lengths. "
             "Steady = per length, configurations called in turn each round, medians; × eager = "
             "geometric mean over lengths of eager time / config time; first call = the compiled "
-            "model's first call (Dynamo's trace and the backend's compile); err = relative "
+            "model's first call (Dynamo's trace and the backend's compile; Inductor "
+            f"{'with its on-disk caches' if d.get('inductor_fx_cache') else 'cold: no FX graph cache, an empty kernel cache'}); err = relative "
             "error (2-norm) of the first call's output against eager.", ""]
     rows = []
     for r in d.get("results", []):

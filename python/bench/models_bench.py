@@ -11,7 +11,8 @@ images of 64 x 64). Each compiled configuration uses dynamic=True, so one compil
 lengths.
 
 - first call: the compiled model's first call (Dynamo's trace and the backend's compile
-  included), at the first length;
+  included), at the first length; Inductor starts cold: no FX graph cache, an empty kernel
+  cache directory (a user's first run of a model; --inductor-cache keeps both);
 - steady state: per length, the configurations are called in turn in each round (after a
   warm-up call at that length), median per configuration over the rounds;
 - x eager: the geometric mean over lengths of eager time / config time.
@@ -165,7 +166,17 @@ def main():
     ap.add_argument("--configs", nargs="+", default=["eager", "inductor", "dvm"],
                     choices=["eager", "inductor", "dvm"])
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
+    ap.add_argument("--inductor-cache", action="store_true")
     args = ap.parse_args()
+    if not args.inductor_cache:
+        # Cold: no FX graph cache and a fresh directory for compiled kernels (else a rerun
+        # loads the C++ Inductor built before).
+        import tempfile
+
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fx_graph_cache = False
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="models_bench_")
     torch.set_num_threads(args.threads)
     dtype = torch.float32 if args.dtype == "f32" else torch.bfloat16
     results = []
@@ -186,6 +197,7 @@ def main():
         "dtype": args.dtype,
         "lengths": args.lengths,
         "rounds": args.rounds,
+        "inductor_fx_cache": args.inductor_cache,
         "sizes": {"hidden": HIDDEN, "heads": HEADS, "kv_heads": KV_HEADS, "ffn": FFN,
                   "layers": LAYERS, "vocab": VOCAB},
         "results": results,
