@@ -877,7 +877,8 @@ def section_models(path, d):
             "rel_error", {})
         row = [r.get("model", "?")]
         for c in cfgs:
-            row.append(fmt(sp.get(c)))
+            if c != "eager":
+                row.append(fmt(sp.get(c)))
         for c in cfgs:
             if c != "eager":
                 row.append(fmt((fc.get(c) or 0) / 1e3))
@@ -886,7 +887,7 @@ def section_models(path, d):
             row.append(fmt(fc["inductor"] / fc["dvm"]) if fc.get("dvm") else "-")
         row.append(f"{err['dvm']:.1e}" if "dvm" in err else "-")
         rows.append(row)
-    head = ["model"] + [f"{c} × eager" for c in cfgs] + [
+    head = ["model"] + [f"{c} × eager" for c in cfgs if c != "eager"] + [
         f"first call {c} s" for c in cfgs if c != "eager"]
     if "inductor" in cfgs and "dvm" in cfgs:
         head += ["DVM / Inductor (steady)", "Inductor / DVM (first call)"]
