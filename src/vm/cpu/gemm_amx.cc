@@ -101,7 +101,8 @@ struct TileSrc {
   int64_t step = 0;
 };
 
-// Packed tiles for `count` 16-row groups x kbs K steps: group g's tile kb at (g * kbs + kb).
+// Group `group` of packed tiles laid out group by group, kbs K steps each (tile kb of group g
+// at tile index g * kbs + kb).
 TileSrc packed_tiles(const uint16_t* tiles, int64_t group, int64_t kbs) {
   return {reinterpret_cast<const char*>(tiles + group * kbs * kTileElems), kTileK * 2, kTileBytes};
 }
@@ -111,9 +112,6 @@ TileSrc advanced(TileSrc t, int64_t steps) {
   return t;
 }
 
-// acc (32 x 32 f32, row stride 128 bytes) (+)= L (nl row tiles: rows) x R (nr VNNI tiles:
-// columns) over kbs K steps; `resume` continues the sums already in acc (tile stores and loads
-// of f32 are exact: blocking K changes no bit).
 // Source rows to prefetch into L2 while computing: at K step kb, the 64 bytes at
 // base + q * stride + kb * 64 for q < rows (the next block's W rows, spread over the x blocks).
 struct Prefetch {
@@ -122,6 +120,9 @@ struct Prefetch {
   int64_t rows = 0;
 };
 
+// acc (32 x 32 f32, row stride 128 bytes) (+)= L (nl row tiles: rows) x R (nr VNNI tiles:
+// columns) over kbs K steps; `resume` continues the sums already in acc (tile stores and loads
+// of f32 are exact: blocking K changes no bit).
 template <int kNL, int kNR>
 void micro_kernel(int64_t kbs, const TileSrc* l, const TileSrc* r, float* acc, bool resume,
                   Prefetch pf) {
