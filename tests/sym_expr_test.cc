@@ -120,6 +120,9 @@ const RuleExample kRuleExamples[] = {
     {"min_shrinking_quotient", "min(m, (m + 1)//2)", "(m + 1)//2"},
     {"min_shrinking_quotient", "min(s0//3, s0)", "s0//3"},
     {"max_shrinking_quotient", "max(m, (m + 3)//4)", "m"},
+    {"min_rounded_down", "min(s0, 8*(s0//8))", "8*(s0//8)"},
+    {"min_rounded_down", "min(4*((s0 + s1)//4), s0 + s1)", "4*((s0 + s1)//4)"},
+    {"max_rounded_down", "max(s0, 16*(s0//16))", "s0"},
     {"max_fold", "max(3, 5)", "5"},
     {"max_same", "max(s0, s0)", "s0"},
     {"max_by_range", "max(x, 10)", "10"},
@@ -431,6 +434,15 @@ std::unique_ptr<Tree> quotient_pair(std::mt19937_64& rng, int depth) {
   return node(rng() % 2 ? Tree::kMin : Tree::kMax, std::move(x), std::move(q));
 }
 
+// min/max(x, d*(x//d)): x rounded down to a multiple of d (a strided window's extent); d in
+// 1..4 (and sometimes -2: not a rounding down, which the rule must leave alone).
+std::unique_ptr<Tree> rounded_pair(std::mt19937_64& rng, int depth) {
+  const int64_t d = rng() % 5 == 0 ? -2 : static_cast<int64_t>(rng() % 4) + 1;
+  auto x = random_tree(rng, depth - 1);
+  auto r = node(Tree::kMul, constant(d), node(Tree::kDiv, clone(*x), constant(d)));
+  return node(rng() % 2 ? Tree::kMin : Tree::kMax, std::move(x), std::move(r));
+}
+
 std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
   auto t = std::make_unique<Tree>();
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
@@ -447,6 +459,7 @@ std::unique_ptr<Tree> random_tree(std::mt19937_64& rng, int depth) {
   }
   if (pick(12) == 0) return div_mod_pair(rng, depth);
   if (pick(20) == 0) return quotient_pair(rng, depth);
+  if (pick(20) == 0) return rounded_pair(rng, depth);
   static const Tree::Op kOps[] = {Tree::kAdd, Tree::kAdd, Tree::kAdd, Tree::kSub, Tree::kSub,
                                   Tree::kMul, Tree::kMul, Tree::kDiv, Tree::kDiv, Tree::kDiv,
                                   Tree::kMod, Tree::kMod, Tree::kMod, Tree::kMin, Tree::kMax};

@@ -271,6 +271,8 @@ _add("norm", "rms_norm", "_fused_rms_norm.default", "rms_norm.default")
 _add("matmul", "matmul", "mm.default", "bmm.default", "matmul.default")
 _add("matmul", ("matmul", B.ADD), "addmm.default", "baddbmm.default")
 _add("matmul", "linear", "linear.default")
+# non-overlapping windows only (patch embeddings, 1 x 1): patches reshaped and permuted into rows
+_add("matmul", ("reshape", "permute", "linear"), "convolution.default")
 _add("attention", "attention", "_scaled_dot_product_flash_attention_for_cpu.default",
      "scaled_dot_product_attention.default")
 _add("gather", "embedding", "embedding.default")

@@ -112,11 +112,6 @@ T5_NODES = pytest.mark.allow_fallback(
     "T5 relative-position bucket arithmetic runs in PyTorch", kinds=("nodes",))
 
 
-# ViT's patch embedding is a convolution (no DVM translation): it runs in PyTorch.
-CONV_NODE = pytest.mark.allow_fallback("ViT's patch-embedding convolution runs in PyTorch",
-                                       kinds=("nodes",))
-
-
 @pytest.mark.parametrize("name", [pytest.param("llama", marks=MASK_NODES),
                                   pytest.param("qwen2", marks=MASK_NODES),
                                   pytest.param("mistral", marks=MASK_NODES),
@@ -126,7 +121,7 @@ CONV_NODE = pytest.mark.allow_fallback("ViT's patch-embedding convolution runs i
                                   pytest.param("bloom", marks=MASK_NODES),
                                   pytest.param("opt", marks=MASK_NODES),
                                   pytest.param("gpt2", marks=MASK_NODES), "bert", "distilbert",
-                                  pytest.param("vit", marks=CONV_NODE),
+                                  "vit",  # its patch embedding (a stride = kernel conv) too
                                   pytest.param("t5", marks=T5_NODES)])
 def test_model_matches_eager_over_lengths_one_compile(name):
     model = small_model(name).eval()

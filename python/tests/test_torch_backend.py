@@ -909,3 +909,38 @@ def test_symfloat_operands_run_in_dvm(dtype):
     st = tb.stats()
     assert st["dynamo_graphs"] == 1, st
     assert st.get("partition_fallbacks", 0) == 0 and st.get("runtime_fallbacks", 0) == 0, st
+
+
+@pytest.mark.parametrize("conv, shape", [
+    (lambda: torch.nn.Conv2d(3, 16, 8, stride=8), (2, 3, 64, 64)),  # ViT's patch embedding
+    (lambda: torch.nn.Conv2d(3, 16, 4, stride=4, bias=False), (2, 3, 30, 34)),  # remainders
+    (lambda: torch.nn.Conv2d(8, 5, 1), (2, 8, 7, 9)),  # pointwise
+    (lambda: torch.nn.Conv1d(4, 6, 2, stride=2), (2, 4, 11)),
+    (lambda: torch.nn.Conv3d(2, 3, 2, stride=2), (3, 2, 4, 6, 5)),
+])
+def test_convolution_with_non_overlapping_windows_runs_in_dvm(conv, shape):
+    # A matmul over patches (reshape, permute, W read as nn.Linear's layout); the input past
+    # the last whole window is dropped as the convolution drops it. Two batch sizes, one compile.
+    torch._dynamo.reset()
+    tb.reset_stats()
+    torch.manual_seed(0)
+    m = conv()
+    c = torch.compile(m, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for n in (shape[0], shape[0] + 2):
+            x = torch.randn(n, *shape[1:])
+            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    st = tb.stats()
+    assert st["dynamo_graphs"] == 1 and st.get("partitions_run", 0) >= 1, st
+
+
+@pytest.mark.allow_fallback("an overlapping (3 x 3, padded) convolution runs in PyTorch",
+                            kinds=("nodes", "no_dvm"))
+def test_convolution_with_overlapping_windows_falls_back_with_its_reason(caplog):
+    torch._dynamo.reset()
+    m = torch.nn.Conv2d(3, 8, 3, padding=1)
+    c = torch.compile(m, backend="dvm", dynamic=True)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad(), caplog.at_level(logging.INFO):
+        torch.testing.assert_close(c(x), m(x))
+    assert tb.stats().get("fallback_nodes", 0) >= 1

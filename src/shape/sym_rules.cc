@@ -381,6 +381,33 @@ Opt max_shrinking_quotient(const SymExpr& x, const SymExpr& y) {
   return std::nullopt;
 }
 
+// Is `y` = d*(x//d) for a constant d >= 1 (x rounded down to a multiple of d: the extent
+// of whole windows a strided op covers)? Then y <= x wherever defined, so min(x, y) = y and
+// max(x, y) = x.
+bool rounded_down(const SymExpr& x, const SymExpr& y) {
+  const SymNode& n = y.node();
+  if (n.kind != SymKind::kPoly || n.value != 0 || n.terms.size() != 1 ||
+      n.terms[0].factors.size() != 1) {
+    return false;
+  }
+  const SymNode& q = n.terms[0].factors[0].node();
+  if (q.kind != SymKind::kFloorDiv || !q.args[1].is_constant()) return false;
+  const int64_t d = q.args[1].constant_value();
+  return d >= 1 && n.terms[0].coeff == d && q.args[0] == x;
+}
+
+Opt min_rounded_down(const SymExpr& x, const SymExpr& y) {
+  if (rounded_down(x, y)) return y;
+  if (rounded_down(y, x)) return x;
+  return std::nullopt;
+}
+
+Opt max_rounded_down(const SymExpr& x, const SymExpr& y) {
+  if (rounded_down(x, y)) return x;
+  if (rounded_down(y, x)) return y;
+  return std::nullopt;
+}
+
 using K = SymKind;
 
 // In `algebra`, // and % are Python's (floor; sign of the divisor), c, d, e, g, k are
@@ -455,6 +482,10 @@ constexpr SymRule kRules[] = {
      "min(x, (x + r)//c) = (x + r)//c for c >= 2, 0 <= r < c, x >= 1 (x >= 0 when r = 0): "
      "x + r <= x + c - 1 <= c*x, e.g. the halves of torch.chunk: min(s, (s + 1)//2)",
      min_shrinking_quotient},
+    {K::kMin, "min_rounded_down",
+     "min(x, d*(x//d)) = d*(x//d) for d >= 1: floor(x/d)*d <= x, e.g. the input a convolution "
+     "with stride = kernel d covers",
+     min_rounded_down},
     // max
     {K::kMax, "max_fold", "max(c, d) = the larger constant", max_fold},
     {K::kMax, "max_same", "max(x, x) = x", same},
@@ -466,6 +497,8 @@ constexpr SymRule kRules[] = {
      "max(x, (x + r)//c) = x for c >= 2, 0 <= r < c, x >= 1 (x >= 0 when r = 0), see "
      "min_shrinking_quotient",
      max_shrinking_quotient},
+    {K::kMax, "max_rounded_down", "max(x, d*(x//d)) = x for d >= 1, see min_rounded_down",
+     max_rounded_down},
 };
 
 constexpr size_t kNumRules = std::size(kRules);

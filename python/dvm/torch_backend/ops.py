@@ -25,7 +25,7 @@ import dvm
 from dvm import aten_ops as T
 
 from .symbolic import Unsupported, same_dim
-from .translate import DVM_TO_TORCH, Translator, dvm_dtype
+from .translate import DVM_TO_TORCH, Translator, dvm_dtype, fake_value
 
 aten = torch.ops.aten
 
@@ -787,6 +787,50 @@ def _linear(tr: Translator, x, w, bias=None):
     out = tr.out_dtype()
     return tr.gb.linear(tr.cast(x, out), tr.cast(w, out), None if bias is None else tr.cast(bias,
                                                                                            out))
+
+
+@register("convolution.default")
+def _convolution(tr: Translator, x, w, bias, stride, padding, dilation, transposed,
+                 output_padding, groups):
+    """A convolution whose windows tile its input without overlap or gaps (kernel == stride, no
+    padding or dilation, one group: ViT's and Swin's patch embeddings, ConvNeXt's stem, 1 x 1
+    convolutions) is a matmul over patches: x [N, C, *S] -> [N * prod(S / k), C * prod(k)]
+    (input past the last whole window sliced off, as the convolution drops it) times
+    W [O, C * prod(k)]^T (nn.Linear's layout: read in place), plus the bias, back to
+    [N, O, *S / k]. Other convolutions run in PyTorch."""
+    w_shape = [int(d) for d in fake_value(tr.node.args[1]).shape]
+    kernel = w_shape[2:]
+    nd = len(kernel)
+    if transposed or groups != 1:
+        raise Unsupported("convolution: transposed or grouped")
+    if (list(stride) != kernel or any(p != 0 for p in padding) or
+            any(d != 1 for d in dilation)):
+        raise Unsupported("convolution with overlapping windows or padding (no im2col in DVM)")
+    out = tr.out_dtype()
+    if not _is_float(out):
+        raise Unsupported(f"convolution of {out} (DVM's matmul is floating-point only)")
+    x = tr.cast(x, out)
+    n, c = tr.shape(x)[:2]
+    spatial_out = tr.out_shape()[2:]
+    for i, (so, k) in enumerate(zip(spatial_out, kernel)):
+        if not (tr.shape(x)[2 + i] == so * k):  # a remainder past the last window
+            x = tr.gb.slice(x, 2 + i, 0, so * k, 1)
+    # [N, C, S0/k0, k0, S1/k1, k1, ...] -> [N, S0/k0, S1/k1, ..., C, k0, k1, ...]
+    split = [n, c]
+    for so, k in zip(spatial_out, kernel):
+        split += [so, k]
+    x = tr.gb.reshape(x, split)
+    perm = [0] + [2 + 2 * i for i in range(nd)] + [1] + [3 + 2 * i for i in range(nd)]
+    x = tr.gb.permute(x, perm)
+    rows, patch = n, c
+    for so, k in zip(spatial_out, kernel):
+        rows = rows * so
+        patch = patch * k
+    x = tr.gb.reshape(x, [rows, patch])
+    wm = tr.gb.reshape(tr.cast(w, out), [w_shape[0], patch])
+    y = tr.gb.linear(x, wm, None if bias is None else tr.cast(bias, out))
+    y = tr.gb.reshape(y, [n, *spatial_out, w_shape[0]])
+    return tr.gb.permute(y, [0, nd + 1] + [1 + i for i in range(nd)])
 
 
 def _attention(tr: Translator, q, k, v, attn_mask, dropout_p, is_causal, scale):
