@@ -369,15 +369,18 @@ bool shrinking_quotient(const SymExpr& x, const SymExpr& q) {
   return x.range().lo >= (rv == 0 ? 0 : 1);
 }
 
-Opt min_shrinking_quotient(const SymExpr& x, const SymExpr& y) {
-  if (shrinking_quotient(x, y)) return y;
-  if (shrinking_quotient(y, x)) return x;
+// min / max of x and y where kBelow(a, b) proves b <= a.
+template <bool (*kBelow)(const SymExpr&, const SymExpr&)>
+Opt min_when_below(const SymExpr& x, const SymExpr& y) {
+  if (kBelow(x, y)) return y;
+  if (kBelow(y, x)) return x;
   return std::nullopt;
 }
 
-Opt max_shrinking_quotient(const SymExpr& x, const SymExpr& y) {
-  if (shrinking_quotient(x, y)) return x;
-  if (shrinking_quotient(y, x)) return y;
+template <bool (*kBelow)(const SymExpr&, const SymExpr&)>
+Opt max_when_below(const SymExpr& x, const SymExpr& y) {
+  if (kBelow(x, y)) return x;
+  if (kBelow(y, x)) return y;
   return std::nullopt;
 }
 
@@ -394,18 +397,6 @@ bool rounded_down(const SymExpr& x, const SymExpr& y) {
   if (q.kind != SymKind::kFloorDiv || !q.args[1].is_constant()) return false;
   const int64_t d = q.args[1].constant_value();
   return d >= 1 && n.terms[0].coeff == d && q.args[0] == x;
-}
-
-Opt min_rounded_down(const SymExpr& x, const SymExpr& y) {
-  if (rounded_down(x, y)) return y;
-  if (rounded_down(y, x)) return x;
-  return std::nullopt;
-}
-
-Opt max_rounded_down(const SymExpr& x, const SymExpr& y) {
-  if (rounded_down(x, y)) return x;
-  if (rounded_down(y, x)) return y;
-  return std::nullopt;
 }
 
 using K = SymKind;
@@ -481,11 +472,11 @@ constexpr SymRule kRules[] = {
     {K::kMin, "min_shrinking_quotient",
      "min(x, (x + r)//c) = (x + r)//c for c >= 2, 0 <= r < c, x >= 1 (x >= 0 when r = 0): "
      "x + r <= x + c - 1 <= c*x, e.g. the halves of torch.chunk: min(s, (s + 1)//2)",
-     min_shrinking_quotient},
+     min_when_below<shrinking_quotient>},
     {K::kMin, "min_rounded_down",
      "min(x, d*(x//d)) = d*(x//d) for d >= 1: floor(x/d)*d <= x, e.g. the input a convolution "
      "with stride = kernel d covers",
-     min_rounded_down},
+     min_when_below<rounded_down>},
     // max
     {K::kMax, "max_fold", "max(c, d) = the larger constant", max_fold},
     {K::kMax, "max_same", "max(x, x) = x", same},
@@ -496,9 +487,9 @@ constexpr SymRule kRules[] = {
     {K::kMax, "max_shrinking_quotient",
      "max(x, (x + r)//c) = x for c >= 2, 0 <= r < c, x >= 1 (x >= 0 when r = 0), see "
      "min_shrinking_quotient",
-     max_shrinking_quotient},
+     max_when_below<shrinking_quotient>},
     {K::kMax, "max_rounded_down", "max(x, d*(x//d)) = x for d >= 1, see min_rounded_down",
-     max_rounded_down},
+     max_when_below<rounded_down>},
 };
 
 constexpr size_t kNumRules = std::size(kRules);
