@@ -714,8 +714,10 @@ def section_weights(path, d):
         m["torch"] = d["torch"]
     extra = [f"cache capacity {cap >> 20} MiB" if cap is not None else "cache capacity ?"]
     out = py_header(path, m, extra)
-    out += ["", "A stack of `x + Linear(gelu(Linear(x)))` blocks (H = 2048, F = 8192; f32, or bf16 "
-            "weights and activations) through "
+    out += ["", "mlp: a stack of `x + Linear(gelu(Linear(x)))` blocks (H = 2048, F = 8192); "
+            "llama: HuggingFace's Llama from its config (hidden 2048, FFN 5632, 16/4 heads, "
+            "layers to the size, M tokens of one sequence); f32, or bf16 weights and "
+            "activations; through "
             "`torch.compile(backend=\"dvm\", dynamic=True)`, configurations in alternating "
             "rounds, per-call medians; × = eager time / config time; packs/call = packed-weight "
             "cache packs per call in steady state; cache MiB = bytes the cache holds.", ""]
@@ -723,13 +725,13 @@ def section_weights(path, d):
     for r in d.get("results", []):
         for c, ms in r.get("ms", {}).items():
             held = r.get("cache_bytes", {}).get(c)
-            rows.append([r.get("dtype", "f32"), fmt(r.get("weights_gib")), str(r.get("rows")), c,
-                         fmt(ms, 1),
+            rows.append([r.get("model", "mlp"), r.get("dtype", "f32"), fmt(r.get("weights_gib")),
+                         str(r.get("rows")), c, fmt(ms, 1),
                          fmt(r.get("speedup_vs_eager", {}).get(c)),
                          fmt(r.get("packs_per_call", {}).get(c), 1),
                          "-" if held is None else str(held >> 20)])
-    out += table(["dtype", "weights GiB", "M", "config", "ms per call", "× eager", "packs/call",
-                  "cache MiB"], rows, numeric_from=4)
+    out += table(["model", "dtype", "weights GiB", "M", "config", "ms per call", "× eager",
+                  "packs/call", "cache MiB"], rows, numeric_from=5)
     return out
 
 
@@ -905,7 +907,7 @@ PY = [
      "python3 python/bench/lazy_bench.py [--threads N] [--rounds R]"),
     ("weights_bench", "Model-sized weights: the packed-weight cache", section_weights,
      "python3 python/bench/weights_bench.py [--sizes-gib 0.5 1.25] [--rows 1 16 128] "
-     "[--dtypes f32 bf16]"),
+     "[--dtypes f32 bf16] [--models mlp llama]"),
     ("subgraph_bench", "torch.compile on memory-bound subgraphs: eager, DVM and Inductor",
      section_subgraph,
      "python3 python/bench/subgraph_bench.py [--rounds R] [--threads N] [--no-inductor]"),
