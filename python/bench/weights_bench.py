@@ -113,7 +113,9 @@ def bench(gib, rows, rounds, capacity, dtype_name, kind="mlp"):
             # bf16 results differ from eager's by its rounding of every op (DVM keeps f32 inside
             # a fused kernel): both are held against the model in f32, DVM within 1.5x eager's
             # own error (a relative 2-norm).
-            ref = output(copy.deepcopy(model).float()(**x)).float()
+            x32 = {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
+                   for k, v in x.items()}
+            ref = output(copy.deepcopy(model).float()(**x32)).float()
             err_of = lambda t: ((t.float() - ref).norm() / ref.norm()).item()  # noqa: E731
             bound = max(1.5 * err_of(want), 1e-3)
         for name, fn in fns.items():  # compile + warm (and check) each
