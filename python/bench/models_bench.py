@@ -104,7 +104,6 @@ def bench_model(name, configs, lengths, rounds, dtype):
         p.requires_grad_(False)
     fns, first_ms, errors = {}, {}, {}
     with torch.no_grad():
-        want = first_tensor(model(**inputs(name, lengths[0], dtype))).float()
         for c in configs:
             # Dynamo's caches are per function object; each config gets a fresh one and its
             # first call is timed alone (reset between them: one compiled model at a time

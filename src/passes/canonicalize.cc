@@ -194,13 +194,12 @@ const Rule kRules[] = {
        const double e = c.arg(1).value;
        const int x = c.args[0];
        graph::GraphEmitter& em = c.rw.em();
-       const auto unary = [&em](UnaryOp op, int v) { return em.unary(op, v); };
        if (e == 2.0) return em.binary(BinaryOp::kMul, x, x);
        if (e == 3.0) return em.binary(BinaryOp::kMul, em.binary(BinaryOp::kMul, x, x), x);
-       if (e == 0.5) return unary(UnaryOp::kSqrt, x);
-       if (e == -0.5) return unary(UnaryOp::kReciprocal, unary(UnaryOp::kSqrt, x));
-       if (e == -1.0) return unary(UnaryOp::kReciprocal, x);
-       if (e == -2.0) return unary(UnaryOp::kReciprocal, em.binary(BinaryOp::kMul, x, x));
+       if (e == 0.5) return em.unary(UnaryOp::kSqrt, x);
+       if (e == -0.5) return em.unary(UnaryOp::kReciprocal, em.unary(UnaryOp::kSqrt, x));
+       if (e == -1.0) return em.unary(UnaryOp::kReciprocal, x);
+       if (e == -2.0) return em.unary(UnaryOp::kReciprocal, em.binary(BinaryOp::kMul, x, x));
        return -1;
      }},
     // gather(f(a, b), idx) = f(gather(a, idx), b) along an axis where b is constant (size 1),

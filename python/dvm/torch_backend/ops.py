@@ -98,8 +98,7 @@ def _operand(tr: Translator, a, dtype):
 
 
 def _binary(tr: Translator, op, a, b, compute_dtype):
-    scalars = [isinstance(x, dvm.Tensor) and x.id in tr.float_scalars for x in (a, b)]
-    if any(scalars):
+    if any(isinstance(x, dvm.Tensor) and x.id in tr.float_scalars for x in (a, b)):
         # A SymFloat operand is a Python scalar to torch: it never changes the result dtype,
         # and torch computes with it in f32 (opmath) also for f16/bf16 tensors.
         d = compute_dtype if isinstance(compute_dtype, dvm.DType) else dvm_dtype(compute_dtype)

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "base/env.h"
 
