@@ -310,6 +310,49 @@ TEST(Passes, PowByConstantBecomesTorchsFormula) {
   }
 }
 
+// GPT-2's gelu_new as HuggingFace writes it, 0.5 * x * (1 + tanh(c * (x + 0.044715 x^3))),
+// with c a runtime scalar (as Dynamo passes sqrt(2/pi)): the half-one-plus-tanh product
+// becomes x * sigmoid(2u); a product that only looks alike (0.25, or tanh's operand of
+// another shape) keeps its tanh. Values against the formula in double.
+TEST(Passes, HalfOnePlusTanhBecomesSigmoid) {
+  GraphBuilder gb("gelu_new");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {s, 24});
+  Tensor c = gb.input("c", DType::kF32, {});
+  Tensor row = gb.input("row", DType::kF32, {24});
+  Tensor u = gb.mul(gb.add(x, gb.mul(gb.mul(gb.mul(x, x), x), gb.constant(0.044715))), c);
+  Tensor one_plus = gb.add(gb.constant(1.0), gb.unary(UnaryOp::kTanh, u));
+  gb.output("gelu", gb.mul(gb.mul(gb.constant(0.5), x), one_plus));
+  gb.output("quarter", gb.mul(gb.mul(x, gb.constant(0.25)), one_plus));
+  gb.output("bcast", gb.mul(gb.mul(x, gb.constant(0.5)),
+                            gb.add(gb.unary(UnaryOp::kTanh, row), gb.constant(1.0))));
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  const Graph& opt = (*exe)->optimized();
+  EXPECT_EQ(count_ops(opt, "unary.sigmoid"), 1) << opt.to_string();
+  EXPECT_EQ(count_ops(opt, "unary.tanh"), 2) << opt.to_string();  // quarter's and bcast's
+  std::mt19937 rng(5);
+  std::vector<HostTensor> in = {random_host(DType::kF32, {9, 24}, rng),
+                                random_host(DType::kF32, {}, rng),
+                                random_host(DType::kF32, {24}, rng)};
+  for (int64_t i = 0; i < 9 * 24; ++i) in[0].set(i, in[0].at(i) * 6.0f);  // both tails
+  in[1].set(0, 0.7978845608f);
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t i = 0; i < 9 * 24; ++i) {
+    const double v = in[0].at(i), cv = in[1].at(0);
+    const double uv = cv * (v + 0.044715 * v * v * v), t = std::tanh(uv);
+    // 0.5 v (1 + tanh(u)) without double's own cancellation where tanh(u) rounds to -1
+    const double want = v / (1 + std::exp(-2 * uv)), quarter = 0.25 * v * (1 + t);
+    const double bcast = 0.5 * v * (1 + std::tanh(double(in[2].at(i % 24))));
+    // f32 rounds u: a relative error growing like |2u| ulp in the tail, as gelu_tanh's
+    EXPECT_NEAR((*out)[0].at(i), want, 2e-7 * (4 + 2 * std::abs(uv)) * std::abs(want) + 1e-38)
+        << "x=" << v;
+    EXPECT_NEAR((*out)[1].at(i), quarter, 1e-5 * (std::abs(v) + 1)) << "x=" << v;
+    EXPECT_NEAR((*out)[2].at(i), bcast, 1e-5 * (std::abs(v) + 1)) << "x=" << v;
+  }
+}
+
 // A gather of elementwise math over an input moves below the math: cross-entropy written as
 // log_softmax + gather picks the targets' logits from the input, and the [S, C]
 // log-probabilities are never stored. Values as computed the long way.

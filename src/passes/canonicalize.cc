@@ -119,6 +119,47 @@ int elementwise_above_reshape(Ctx& c) {
   return c.rw.em().reshape(f, c.n.shape);
 }
 
+// The operand of unary `op` that node `n` applies, or -1 when n is not that op.
+int unary_operand(const Node& n, UnaryOp op) {
+  return n.op == GraphOp::kUnary && n.sub == static_cast<int>(op) ? n.inputs[0] : -1;
+}
+
+// For a binary `op` node with a scalar constant `v` on either side: the other operand; else -1.
+int other_than_scalar(const GraphDef& g, const Node& n, BinaryOp op, double v) {
+  if (n.op != GraphOp::kBinary || n.sub != static_cast<int>(op)) return -1;
+  for (int k = 0; k < 2; ++k)
+    if (is_scalar_const(g.nodes[n.inputs[k]], v)) return n.inputs[1 - k];
+  return -1;
+}
+
+// (x * 0.5) * (tanh(u) + 1) = x * sigmoid(2u), for any u: 1 + tanh(u) = 2 sigmoid(2u).
+// GPT-2's gelu_new writes its tanh form out (its sqrt(2/pi) reaches the graph as a runtime
+// scalar under dynamic shapes, so it cannot be matched as gelu_tanh); sigmoid costs what
+// tanh does and the rewrite drops two of the eight ops a matmul epilogue ran per element.
+// It also loses nothing where 1 + tanh(u) cancels (u -> -inf). Both factors must have the
+// node's shape and dtype (no broadcast hidden in either).
+int half_one_plus_tanh(Ctx& c) {
+  if (c.n.op != GraphOp::kBinary || c.n.sub != static_cast<int>(BinaryOp::kMul) ||
+      !is_float(c.n.dtype) || !c.same_type_as(0) || !c.same_type_as(1)) {
+    return -1;
+  }
+  const GraphDef& g = c.rw.out();
+  for (int k = 0; k < 2; ++k) {
+    const int x = other_than_scalar(g, c.arg(k), BinaryOp::kMul, 0.5);
+    const int t = other_than_scalar(g, c.arg(1 - k), BinaryOp::kAdd, 1.0);
+    if (x < 0 || t < 0) continue;
+    const int u = unary_operand(g.nodes[t], UnaryOp::kTanh);
+    if (u < 0 || !(g.nodes[x].shape == c.n.shape) || g.nodes[x].dtype != c.n.dtype ||
+        !(g.nodes[u].shape == c.n.shape) || g.nodes[u].dtype != c.n.dtype) {
+      continue;
+    }
+    graph::GraphEmitter& em = c.rw.em();
+    const int s = em.unary(UnaryOp::kSigmoid, em.binary_scalar(BinaryOp::kMul, u, 2.0));
+    return em.binary(BinaryOp::kMul, x, s);
+  }
+  return -1;
+}
+
 const Rule kRules[] = {
     // reshape(x, shape(x)) = x;  broadcast(x, shape(x)) = x;  cast<t>(x: t) = x
     {"identity_layout",
@@ -242,6 +283,7 @@ const Rule kRules[] = {
        }
        return -1;
      }},
+    {"half_one_plus_tanh", half_one_plus_tanh},
     {"elementwise_above_reshape", elementwise_above_reshape},
 };
 

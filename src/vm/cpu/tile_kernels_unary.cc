@@ -44,7 +44,7 @@ void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t
     case UnaryOp::kReciprocal:
       return run([d](VF x) DVM_INL { return hn::Div(hn::Set(d, 1.0f), x); });
     case UnaryOp::kTanh:
-      return run([d](VF x) DVM_INL { return hn::Tanh(d, x); });
+      return run([d](VF x) DVM_INL { return TanhF(d, x); });
     case UnaryOp::kSigmoid:
       return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
     case UnaryOp::kRelu:
