@@ -224,6 +224,7 @@ _add("view", "permute", "permute_copy.default", variant="copy")
 _add("view", "transpose", "transpose.int", "t.default", "numpy_T.default")
 _add("view", "expand", "expand.default")
 _add("view", "expand", "expand_copy.default", variant="copy")
+_add("view", ("reshape", "expand"), "repeat.default")  # a copy: each dim tiled
 _add("view", "unsqueeze", "unsqueeze.default")
 _add("view", "unsqueeze", "unsqueeze_copy.default", variant="copy")
 _add("view", "squeeze", *_ovls("squeeze", "dim", "dims", "default"))

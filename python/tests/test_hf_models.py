@@ -97,19 +97,12 @@ def first_tensor(out):
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
-# The decoder models' causal-mask construction (cumsum, advanced indexing with several index
-# tensors) and the f64 scalar tensors Dynamo makes of Python float constants (converts, sqrt,
-# divide) have no DVM translation: those few nodes run in PyTorch, the model's compute in DVM
-# (no partition or run-time fallback either way).
+# The decoder models' causal-mask construction takes a cumsum of the position ids, which has no
+# DVM translation: that node runs in PyTorch, the model's compute in DVM (no partition or
+# run-time fallback either way). Its advanced indexing with several index tensors runs in DVM,
+# as do BLOOM's alibi repeat and T5's relative-position buckets: those models allow nothing.
 MASK_NODES = pytest.mark.allow_fallback(
-    "HF causal-mask construction (cumsum, multi-tensor indexing) and tensorified f64 scalars "
-    "run in PyTorch", kinds=("nodes",))
-
-
-# T5's relative-position buckets (log of an integer tensor, min with a constant, where) are
-# integer/f64 index arithmetic that runs in PyTorch; its attention and feed-forward run in DVM.
-T5_NODES = pytest.mark.allow_fallback(
-    "T5 relative-position bucket arithmetic runs in PyTorch", kinds=("nodes",))
+    "HF causal-mask construction's cumsum runs in PyTorch", kinds=("nodes",))
 
 
 @pytest.mark.parametrize("name", [pytest.param("llama", marks=MASK_NODES),
@@ -118,11 +111,11 @@ T5_NODES = pytest.mark.allow_fallback(
                                   pytest.param("gemma", marks=MASK_NODES),
                                   pytest.param("falcon", marks=MASK_NODES),
                                   pytest.param("gpt_neox", marks=MASK_NODES),
-                                  pytest.param("bloom", marks=MASK_NODES),
+                                  "bloom",
                                   pytest.param("opt", marks=MASK_NODES),
                                   pytest.param("gpt2", marks=MASK_NODES), "bert", "distilbert",
                                   "vit",  # its patch embedding (a stride = kernel conv) too
-                                  pytest.param("t5", marks=T5_NODES)])
+                                  "t5"])
 def test_model_matches_eager_over_lengths_one_compile(name):
     model = small_model(name).eval()
     compiled = torch.compile(model, backend="dvm", dynamic=True)

@@ -337,6 +337,27 @@ CASES = [
     ("index_tensor_negative", lambda x, i: x[:, i] + 1,
      lambda dt, g, v: (rand(SZ(v), dt, g), torch.randint(-SZ(v)[1], SZ(v)[1], (4,),
                                                          generator=g)), (F32,)),
+    # repeat: each dim tiled, a symbolic count too (BLOOM's alibi.repeat(batch, 1, 1))
+    ("repeat", lambda x, y: x.repeat(2, 1, 3) + y.shape[0],
+     lambda dt, g, v: (rand(SZ(v), dt, g), rand((SZ(v)[0] + 1,), dt, g)), (F32, I64)),
+    ("repeat_symbolic", lambda x, y: x.repeat(y.shape[0], 2),
+     lambda dt, g, v: (rand((4, 2), dt, g), rand((SZ(v)[1],), dt, g)), (F32,)),
+    # several index tensors (HuggingFace's mask functions: mask[batch, head, q, kv]): one
+    # gather at the flat index; indexed dims next to each other keep their place, separated
+    # ones go first (torch's rule); indices broadcast, negative ones count from the end.
+    # (Sizes chosen unequal at the first variant: symbolic tracing would tie equal ones.)
+    ("index_two_adjacent", lambda x, i, j: x[i, j] * 2,
+     lambda dt, g, v: (rand((8, SZ(v)[1], 2), dt, g), torch.randint(-8, 8, (SZ(v)[0], 1),
+                                                                    generator=g),
+                       torch.randint(-SZ(v)[1], SZ(v)[1], (4,), generator=g)), (F32, I64)),
+    ("index_two_separated", lambda x, i, j: x[i, :, j] + 1,
+     lambda dt, g, v: (rand((4, SZ(v)[1], 9), dt, g), torch.randint(0, 4, (SZ(v)[0],),
+                                                                    generator=g),
+                       torch.randint(-9, 9, (SZ(v)[0],), generator=g)), (F32,)),
+    ("index_mask_function", lambda m, b, q, k: m[b, 0, q, k].logical_not(),
+     lambda dt, g, v: (rand((2, 1, SZ(v)[0], SZ(v)[1]), BOOL, g),
+                       torch.arange(2)[:, None, None], torch.arange(SZ(v)[0])[None, :, None],
+                       torch.arange(SZ(v)[1])[None, None, :]), (BOOL,)),
     # attention
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
      lambda dt, g, v: tuple(rand((2, 2, SZ(v)[1], 8), dt, g) for _ in range(3)), (F32,)),
@@ -389,6 +410,26 @@ def test_op_table_count():
             and torch.Tag.core in o.tags]
     print(f"core-ATen-tagged overloads: {len(core)}")
     assert len(core) >= 80
+
+
+@pytest.mark.allow_fallback("an index out of range fails DVM's run; PyTorch then raises (the "
+                             "point)", kinds=("runtime",))
+def test_index_many_out_of_range_raises():
+    """x[i, j] with j outside its own dim must raise as torch does, even where the merged flat
+    index (i * n + j) would land inside x: a neighbouring row is never read."""
+    def fn(x, i, j):
+        return x[i, j] + 1
+
+    gm = make_fx(fn, decomposition_table=tb.decompositions(), tracing_mode="symbolic")(
+        torch.randn(5, 6, 7), torch.tensor([0, 1, 2]), torch.tensor([4]))
+    compiled = partition_and_compile(gm, [torch.randn(5, 6, 7), torch.tensor([0, 1, 2]),
+                                          torch.tensor([4])], "t")
+    x = torch.randn(5, 6, 7)
+    torch.testing.assert_close(compiled(x, torch.tensor([0, 4, 2]), torch.tensor([-6])),
+                               fn(x, torch.tensor([0, 4, 2]), torch.tensor([-6])))
+    for i, j in (([0, 1, 2], [6]), ([0, 1, 2], [-7]), ([5, 0, 0], [0])):
+        with pytest.raises(IndexError):
+            compiled(x, torch.tensor(i), torch.tensor(j))
 
 
 @pytest.mark.allow_fallback("sort has no DVM translation: it runs in PyTorch (the point)",

@@ -405,6 +405,22 @@ def _expand(tr: Translator, x, *_, **__):
     return tr.gb.expand(x, tr.out_shape())
 
 
+@register("repeat.default")
+def _repeat(tr: Translator, x, repeats):
+    """x.repeat(r0, r1, ...): each dim s becomes a [r, s] pair (a size-1 dim before it,
+    expanded to r), then each pair merges into r * s (BLOOM's alibi tensor)."""
+    # sizes reach translators as ints or DVM SymExprs already
+    reps = [r if isinstance(r, (int, dvm.SymExpr)) else tr.sym(r) for r in repeats]
+    shape = tr.shape(x)
+    if len(reps) < len(shape):
+        raise Unsupported("repeat with fewer repeats than dims")
+    shape = [1] * (len(reps) - len(shape)) + shape
+    pairs = [d for s in shape for d in (1, s)]
+    tiled = [d for r, s in zip(reps, shape) for d in (r, s)]
+    y = tr.gb.expand(tr.gb.reshape(x, pairs), tiled)
+    return tr.gb.reshape(y, tr.out_shape())
+
+
 @register("unsqueeze.default", "unsqueeze_copy.default")
 def _unsqueeze(tr: Translator, x, axis):
     return tr.gb.unsqueeze(x, tr.axis(axis, tr.rank(x) + 1))
@@ -877,13 +893,16 @@ def _gather(tr: Translator, x, dim, index, sparse_grad=False):
 @register("index.Tensor")
 def _index(tr: Translator, x, indices):
     idx = [(i, t) for i, t in enumerate(indices) if t is not None]
-    if len(idx) != 1:
-        raise Unsupported("advanced indexing with more than one index tensor")
+    if not idx:
+        raise Unsupported("indexing without an index tensor")
+    for _, t in idx:
+        if not isinstance(t, dvm.Tensor):
+            raise Unsupported("index is not a tensor")
+        if tr.dtype(t) == dvm.DType.BOOL:
+            raise Unsupported("boolean mask indexing (data-dependent shape)")
+    if len(idx) > 1:
+        return _index_many(tr, x, idx)
     axis, t = idx[0]
-    if not isinstance(t, dvm.Tensor):
-        raise Unsupported("index is not a tensor")
-    if tr.dtype(t) == dvm.DType.BOOL:
-        raise Unsupported("boolean mask indexing (data-dependent shape)")
     # x[t] counts negative indices from the end (index_select and gather do not): t + n there.
     # An index below -n stays negative, so DVM reports it out of range as torch raises.
     n = tr.sym_scalar(tr.shape(x)[axis], tr.dtype(t))
@@ -894,6 +913,37 @@ def _index(tr: Translator, x, indices):
     flat = tr.gb.reshape(t, [-1])
     y = tr.gb.index_select(x, axis, flat)
     return tr.gb.reshape(y, tr.out_shape())
+
+
+def _index_many(tr: Translator, x, idx):
+    """x[i0, i1, ...] with several index tensors (HuggingFace's mask functions index a mask by
+    batch, head, query and key positions): one index_select of the indexed dims merged into
+    one, at the row-major flat index of the (broadcast) indices. Indexed dims next to each
+    other keep their place (the broadcast index dims replace them); otherwise torch puts the
+    index dims first, which a permute of x reproduces. An index outside [-n, n) along its own
+    dim becomes -1, which index_select reports out of range, as torch raises, instead of
+    landing in a neighbouring row of the merged dim."""
+    gb, b = tr.gb, dvm.BinaryOp
+    axes = [a for a, _ in idx]
+    k = len(axes)
+    if axes != list(range(axes[0], axes[0] + k)):
+        rest = [d for d in range(tr.rank(x)) if d not in axes]
+        x = gb.permute(x, axes + rest)
+        axes = list(range(k))
+    shape = tr.shape(x)
+    flat = ok = None
+    for a, (_, t) in zip(axes, idx):
+        t = tr.cast(t, dvm.DType.I64)
+        n = tr.sym_scalar(shape[a], dvm.DType.I64)
+        t = gb.select(gb.binary(b.LT, t, 0), gb.binary(b.ADD, t, n), t)
+        inside = gb.binary(b.LOGICAL_AND, gb.binary(b.GE, t, 0), gb.binary(b.LT, t, n))
+        ok = inside if ok is None else gb.binary(b.LOGICAL_AND, ok, inside)
+        flat = t if flat is None else gb.binary(b.ADD, gb.binary(b.MUL, flat, n), t)
+    flat = gb.select(ok, flat, tr.constant(-1, dvm.DType.I64))
+    a0 = axes[0]
+    merged = gb.reshape(x, shape[:a0] + [-1] + shape[a0 + k:])
+    y = gb.index_select(merged, a0, gb.reshape(flat, [-1]))
+    return gb.reshape(y, tr.out_shape())
 
 
 def op_table():
