@@ -122,6 +122,7 @@ class GraphBuilder {
   // Native data-dependent ops: rows/elements chosen by integer indices (checked at run time).
   Tensor index_select(Tensor x, int axis, Tensor index);  // torch.index_select
   Tensor gather(Tensor x, int axis, Tensor index);        // torch.gather
+  Tensor cumsum(Tensor x, int axis);  // torch.cumsum: dtype kept (cast first to promote)
   // Values 0..dim-1 along `axis`, broadcast over `shape` (torch.arange + expand).
   Tensor iota(SymShape shape, int axis, DType dtype = DType::kI64);
 

@@ -279,6 +279,7 @@ _add("attention", "attention", "_scaled_dot_product_flash_attention_for_cpu.defa
 _add("gather", "embedding", "embedding.default")
 _add("gather", "index_select", "index_select.default", "index.Tensor")
 _add("gather", "gather", "gather.default")
+_add("scan", "cumsum", "cumsum.default")
 
 
 def entries(family=None, *, direct=None, variant=""):

@@ -197,6 +197,9 @@ void bind_builder_ops(nb::class_<PyGraphBuilder>& c) {
            [](B& b, Tensor x, int axis, Tensor i) { return b.gb().index_select(x, axis, i); })
       .def("gather", [](B& b, Tensor x, int axis, Tensor i) { return b.gb().gather(x, axis, i); })
       .def(
+          "cumsum", [](B& b, Tensor x, int axis) { return b.gb().cumsum(x, axis); }, nb::arg("x"),
+          nb::arg("axis"))
+      .def(
           "iota",
           [](B& b, SymShape s, int axis, DType t) { return b.gb().iota(std::move(s), axis, t); },
           nb::arg("shape"), nb::arg("axis"), nb::arg("dtype") = DType::kI64);

@@ -97,23 +97,13 @@ def first_tensor(out):
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
-# The decoder models' causal-mask construction takes a cumsum of the position ids, which has no
-# DVM translation: that node runs in PyTorch, the model's compute in DVM (no partition or
-# run-time fallback either way). Its advanced indexing with several index tensors runs in DVM,
-# as do BLOOM's alibi repeat and T5's relative-position buckets: those models allow nothing.
-MASK_NODES = pytest.mark.allow_fallback(
-    "HF causal-mask construction's cumsum runs in PyTorch", kinds=("nodes",))
+# Every model's forward runs in DVM, its causal-mask construction included (a cumsum of the
+# attention mask, advanced indexing with several index tensors), BLOOM's alibi repeat and T5's
+# relative-position buckets too: no model allows a fallback node.
 
 
-@pytest.mark.parametrize("name", [pytest.param("llama", marks=MASK_NODES),
-                                  pytest.param("qwen2", marks=MASK_NODES),
-                                  pytest.param("mistral", marks=MASK_NODES),
-                                  pytest.param("gemma", marks=MASK_NODES),
-                                  pytest.param("falcon", marks=MASK_NODES),
-                                  pytest.param("gpt_neox", marks=MASK_NODES),
-                                  "bloom",
-                                  pytest.param("opt", marks=MASK_NODES),
-                                  pytest.param("gpt2", marks=MASK_NODES), "bert", "distilbert",
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral", "gemma", "falcon", "gpt_neox",
+                                  "bloom", "opt", "gpt2", "bert", "distilbert",
                                   "vit",  # its patch embedding (a stride = kernel conv) too
                                   "t5"])
 def test_model_matches_eager_over_lengths_one_compile(name):
@@ -141,9 +131,9 @@ def _greedy(model, ids, steps=10):
 # the tokens equal eager's. Under torch.compile the prefill and the decode step are one Dynamo
 # graph each (the step's length 1 is specialised); under lazy mode every step is recorded and
 # flushed through DVM.
-@pytest.mark.parametrize("name", [pytest.param("gpt2", marks=MASK_NODES),
-                                  pytest.param("llama", marks=MASK_NODES),
-                                  pytest.param("mistral", marks=MASK_NODES)])
+@pytest.mark.parametrize("name", ["gpt2",
+                                  "llama",
+                                  "mistral"])
 def test_greedy_decode_with_kv_cache_under_compile(name):
     model = small_model(name).eval()
     ids = torch.randint(0, 512, (1, 9), generator=torch.Generator().manual_seed(1))

@@ -337,6 +337,10 @@ CASES = [
     ("index_tensor_negative", lambda x, i: x[:, i] + 1,
      lambda dt, g, v: (rand(SZ(v), dt, g), torch.randint(-SZ(v)[1], SZ(v)[1], (4,),
                                                          generator=g)), (F32,)),
+    # cumsum (native scan): integers and bool promote to int64 (HF's position ids from the mask)
+    ("cumsum", lambda x: x.cumsum(-1) * 2, one(), (F32, BF16, I64)),
+    ("cumsum_dim0_promotes", lambda x: torch.cumsum(x, 0), one(), (I32, BOOL)),
+    ("cumsum_dtype", lambda x: x.cumsum(1, dtype=torch.float32) + 1, one(), (I64,)),
     # repeat: each dim tiled, a symbolic count too (BLOOM's alibi.repeat(batch, 1, 1))
     ("repeat", lambda x, y: x.repeat(2, 1, 3) + y.shape[0],
      lambda dt, g, v: (rand(SZ(v), dt, g), rand((SZ(v)[0] + 1,), dt, g)), (F32, I64)),

@@ -712,6 +712,11 @@ Status run_native(const Executable::Impl& x, CallState& cs, int id) {
       exec::fill(out, v);
       return Status::ok();
     }
+    case GraphOp::kCumsum: {
+      DVM_ASSIGN_OR_RETURN(TensorArg src, cs.resolve(n.inputs[0]));
+      exec::cumsum(src, n.axis, out);
+      return Status::ok();
+    }
     case GraphOp::kIndexSelect:
     case GraphOp::kGather: {
       DVM_ASSIGN_OR_RETURN(TensorArg src, cs.resolve(n.inputs[0]));

@@ -153,6 +153,72 @@ Status gather(const std::string& where, const TensorArg& x, const TensorArg& ind
   return status;
 }
 
+namespace {
+
+// Calls fn(x_offset, out_offset) at the start of every line along `axis` (all other dims
+// counted through), with the element offsets of x and out there.
+template <typename F>
+void for_each_line(const TensorArg& x, const TensorArg& out, int axis, F fn) {
+  const std::vector<int64_t> sx = strides_of(x), so = strides_of(out);
+  std::vector<int64_t> shape = x.shape;
+  for (int64_t d : shape)
+    if (d == 0) return;
+  if (!shape.empty()) shape[axis] = 1;
+  std::vector<int64_t> idx(shape.size(), 0);
+  while (true) {
+    fn(dot(idx, sx), dot(idx, so));
+    int k = static_cast<int>(shape.size()) - 1;
+    while (k >= 0 && ++idx[k] == shape[k]) idx[k--] = 0;
+    if (k < 0) return;
+  }
+}
+
+template <typename T, typename Acc, typename Load, typename Store>
+void cumsum_typed(const TensorArg& x, int axis, const TensorArg& out, Load load, Store store) {
+  const int64_t n = x.shape.empty() ? 1 : x.shape[axis];
+  const int64_t step_x = x.shape.empty() ? 0 : strides_of(x)[axis];
+  const int64_t step_o = out.shape.empty() ? 0 : strides_of(out)[axis];
+  for_each_line(x, out, axis, [&](int64_t ox, int64_t oo) {
+    Acc acc{};
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, elem_ptr(x, ox + i * step_x), sizeof(T));
+      acc = acc + load(v);
+      const T r = store(acc);
+      std::memcpy(elem_ptr(out, oo + i * step_o), &r, sizeof(T));
+    }
+  });
+}
+
+}  // namespace
+
+void cumsum(const TensorArg& x, int axis, const TensorArg& out) {
+  switch (x.dtype) {
+    case DType::kF32:
+      return cumsum_typed<float, double>(
+          x, axis, out, [](float v) { return static_cast<double>(v); },
+          [](double a) { return static_cast<float>(a); });
+    case DType::kF16:
+      return cumsum_typed<uint16_t, float>(
+          x, axis, out, [](uint16_t v) { return ops::f16_bits_to_f32(v); },
+          [](float a) { return ops::f32_to_f16_bits(a); });
+    case DType::kBF16:
+      return cumsum_typed<uint16_t, float>(
+          x, axis, out, [](uint16_t v) { return ops::bf16_bits_to_f32(v); },
+          [](float a) { return ops::f32_to_bf16_bits(a); });
+    case DType::kI32:  // wraps: unsigned arithmetic (signed overflow is undefined)
+      return cumsum_typed<int32_t, uint32_t>(
+          x, axis, out, [](int32_t v) { return static_cast<uint32_t>(v); },
+          [](uint32_t a) { return static_cast<int32_t>(a); });
+    case DType::kI64:
+      return cumsum_typed<int64_t, uint64_t>(
+          x, axis, out, [](int64_t v) { return static_cast<uint64_t>(v); },
+          [](uint64_t a) { return static_cast<int64_t>(a); });
+    case DType::kBool:  // refused by shape inference
+      return;
+  }
+}
+
 void iota(const TensorArg& out, int axis) {
   std::vector<int64_t> so = strides_of(out);
   std::vector<int64_t> full(out.shape.size());

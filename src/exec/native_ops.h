@@ -16,6 +16,9 @@ Status index_select(const std::string& where, const TensorArg& x, const TensorAr
 // torch.gather(x, axis, index) into out.
 Status gather(const std::string& where, const TensorArg& x, const TensorArg& index, int axis,
               const TensorArg& out);
+// torch.cumsum(x, axis) into out (x's shape and dtype): f32 sums in double and f16/bf16 in f32,
+// each running sum rounded once, as torch's CPU kernel; integers wrap.
+void cumsum(const TensorArg& x, int axis, const TensorArg& out);
 // out = index along `axis`, in out's dtype.
 void iota(const TensorArg& out, int axis);
 // out = value everywhere, converted to out's dtype as a store would.

@@ -439,6 +439,13 @@ Tensor GraphBuilder::gather(Tensor x, int axis, Tensor index) {
   return impl_->emit(std::move(n));
 }
 
+Tensor GraphBuilder::cumsum(Tensor x, int axis) {
+  if (!impl_->check(x, "cumsum")) return {};
+  graph::Node n = make_node(GraphOp::kCumsum, {x});
+  n.axis = axis;
+  return impl_->emit(std::move(n));
+}
+
 Tensor GraphBuilder::iota(SymShape shape, int axis, DType dtype) {
   return impl_->wrap(impl_->em.iota(std::move(shape), axis, dtype));
 }

@@ -180,6 +180,17 @@ Status indexing(const Operands& in, const OpSite<D>& site, Shape<D>* shape, DTyp
   return Status::ok();
 }
 
+// cumsum: x's shape and dtype, the axis inside x's rank (rank 0: axis 0 or -1, as torch).
+template <class D, class Operands>
+Status cumsum(const Operands& in, const OpSite<D>& site, Shape<D>* shape, DType* dtype) {
+  const Shape<D>& x = in.shape(0);
+  DVM_RETURN_IF_ERROR(axis(static_cast<int>(x.size()), site.axis));
+  if (in.dtype(0) == DType::kBool) return error("cumsum of bool: cast to an integer type first");
+  *shape = x;
+  *dtype = in.dtype(0);
+  return Status::ok();
+}
+
 template <class D>
 Status iota(const OpSite<D>& site, Shape<D>* shape, DType* dtype) {
   const Shape<D>& dims = *site.dims;
@@ -362,6 +373,8 @@ Status infer_op(const Operands& in, const OpSite<D>& site, std::vector<D>* shape
       return r::indexing(in, site, shape, dtype);
     case GraphOp::kIota:
       return r::iota(site, shape, dtype);
+    case GraphOp::kCumsum:
+      return r::cumsum(in, site, shape, dtype);
     default:
       return r::composite(in, site, shape, dtype);
   }

@@ -885,6 +885,14 @@ def _index_select(tr: Translator, x, dim, index):
     return tr.gb.index_select(x, tr.axis(dim, tr.rank(x)), index)
 
 
+@register("cumsum.default")
+def _cumsum(tr: Translator, x, dim, dtype=None):
+    """torch.cumsum: in the result's dtype (integers and bool promote to int64), by DVM's
+    native scan (HuggingFace's masks number positions with a cumsum of the attention mask)."""
+    x = tr.cast(x, tr.out_dtype())
+    return tr.gb.cumsum(x, tr.axis(dim, max(tr.rank(x), 1)))
+
+
 @register("gather.default")
 def _gather(tr: Translator, x, dim, index, sparse_grad=False):
     return tr.gb.gather(x, tr.axis(dim, tr.rank(x)), index)
