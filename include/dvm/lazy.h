@@ -220,6 +220,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int> axes, bool keepdims
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 Tensor index_select(const Tensor& x, int axis, const Tensor& index);
 Tensor gather(const Tensor& x, int axis, const Tensor& index);
+Tensor cumsum(const Tensor& x, int axis);  // dtype kept (cast first to promote)
 Tensor iota(std::vector<int64_t> shape, int axis, DType dtype = DType::kI64);
 
 Tensor softmax(const Tensor& x, int axis);

@@ -229,6 +229,7 @@ void bind_ops(nb::module_& m) {
   m.def("index_select",
         [](const T& x, int axis, const T& i) { return checked(lz::index_select(x, axis, i)); });
   m.def("gather", [](const T& x, int axis, const T& i) { return checked(lz::gather(x, axis, i)); });
+  m.def("cumsum", [](const T& x, int axis) { return checked(lz::cumsum(x, axis)); });
   m.def(
       "iota",
       [](std::vector<int64_t> s, int axis, DType t) { return checked(lz::iota(s, axis, t)); },

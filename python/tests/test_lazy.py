@@ -260,10 +260,10 @@ def test_unsupported_op_flushes_and_runs_in_torch():
     x = torch.randn(6)
     with torch.no_grad(), L():
         y = x * 3
-        c = torch.cumsum(y, 0)  # not a DVM op
+        c = torch.cumprod(y, 0)  # not a DVM op
         assert not L.is_pending(y)
         assert reasons()["unsupported"] == 1
-    torch.testing.assert_close(c, torch.cumsum(x * 3, 0))
+    torch.testing.assert_close(c, torch.cumprod(x * 3, 0))
 
 
 def test_sync_size_bound_and_exit():
@@ -687,6 +687,24 @@ def test_any_all_and_bool_arithmetic_are_recorded():
              lambda: x.all(0, keepdim=True), lambda: b.any(dim=(0, 1)),
              lambda: torch.any(x.abs() > 2, dim=-1),
              lambda: b * (x < 1), lambda: b + (x < -1)]  # bool * bool: and, bool + bool: or
+    for f in cases:
+        want = f()
+        L.reset_stats()
+        with torch.no_grad(), L():
+            got = f().clone()
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+        assert L.stats().ops_recorded >= 2 and not L.handler_fallbacks()
+
+
+def test_cumsum_is_recorded_with_torchs_promotion():
+    """HuggingFace's position ids (a cumsum of the attention mask) in lazy mode: floats keep
+    their dtype, integers and bool become int64, an explicit dtype wins; nothing runs in
+    PyTorch."""
+    g = torch.Generator().manual_seed(4)
+    x, m = torch.randn(3, 7, generator=g), torch.randint(0, 2, (3, 7), generator=g)
+    cases = [lambda: x.cumsum(1) * 2, lambda: (m.cumsum(-1) - 1) * m,
+             lambda: (m > 0).cumsum(0), lambda: m.int().cumsum(1, dtype=torch.float32),
+             lambda: x.bfloat16().cumsum(0)]
     for f in cases:
         want = f()
         L.reset_stats()

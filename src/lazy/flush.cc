@@ -253,6 +253,8 @@ GTensor GraphMaker::op(const Node& n, const std::vector<GTensor>& in, SymShape* 
       return gb.index_select(in[0], n.axis, in[1]);
     case GraphOp::kGather:
       return gb.gather(in[0], n.axis, in[1]);
+    case GraphOp::kCumsum:
+      return gb.cumsum(in[0], n.axis);
     case GraphOp::kIota:
       return gb.iota(*attrs, n.axis, n.attr_dtype);
     case GraphOp::kSoftmax:

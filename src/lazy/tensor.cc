@@ -500,6 +500,12 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
   return record(std::move(n));
 }
 
+Tensor cumsum(const Tensor& x, int axis) {
+  NodePtr n = make(GraphOp::kCumsum, {x.node()});
+  n->axis = axis;
+  return record(std::move(n));
+}
+
 Tensor iota(std::vector<int64_t> shape, int axis, DType dtype) {
   NodePtr n = make(GraphOp::kIota, {});
   n->axis = axis;

@@ -417,6 +417,13 @@ def _gather(x, dim, index, *, sparse_grad=False):
     return _out(_lz.gather(_arg(x), dim, _arg(index)))
 
 
+def _cumsum(x, dim, *, dtype=None):
+    # torch promotes integers and bool to int64 unless a dtype is given
+    d = _T2D[dtype] if dtype is not None else (_dt(x) if x.dtype in _FLOAT_DTYPES
+                                               else DType.I64)
+    return _out(_lz.cumsum(_as(_arg(x), d), dim))
+
+
 def _tri(lower):
     def h(x, diagonal=0):
         if x.dim() < 2:
@@ -613,7 +620,7 @@ _OWN = {
     "native_layer_norm.default": _native_layer_norm,
     "mm.default": _mm, "bmm.default": _mm, "addmm.default": _addmm, "cat.default": _cat,
     "embedding.default": _embedding, "index_select.default": _index_select,
-    "gather.default": _gather, "tril.default": _tri(True), "triu.default": _tri(False),
+    "gather.default": _gather, "cumsum.default": _cumsum, "tril.default": _tri(True), "triu.default": _tri(False),
     "_scaled_dot_product_flash_attention_for_cpu.default": _sdpa_cpu,
 }
 
