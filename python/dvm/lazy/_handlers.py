@@ -620,7 +620,8 @@ _OWN = {
     "native_layer_norm.default": _native_layer_norm,
     "mm.default": _mm, "bmm.default": _mm, "addmm.default": _addmm, "cat.default": _cat,
     "embedding.default": _embedding, "index_select.default": _index_select,
-    "gather.default": _gather, "cumsum.default": _cumsum, "tril.default": _tri(True), "triu.default": _tri(False),
+    "gather.default": _gather, "cumsum.default": _cumsum, "tril.default": _tri(True),
+    "triu.default": _tri(False),
     "_scaled_dot_product_flash_attention_for_cpu.default": _sdpa_cpu,
 }
 
