@@ -39,7 +39,7 @@ def test_lazy_handler_fallback_allowed():
 
 def test_lazy_nothing_recorded():
     with torch.no_grad(), dvm.lazy():
-        torch.cumsum(torch.ones(4), 0)  # no lazy handler: nothing for DVM
+        torch.cumprod(torch.ones(4), 0)  # no lazy handler: nothing for DVM
 
 
 def compiled_partition(plant):
