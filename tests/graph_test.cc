@@ -326,11 +326,16 @@ TEST(Passes, HalfOnePlusTanhBecomesSigmoid) {
   gb.output("quarter", gb.mul(gb.mul(x, gb.constant(0.25)), one_plus));
   gb.output("bcast", gb.mul(gb.mul(x, gb.constant(0.5)),
                             gb.add(gb.unary(UnaryOp::kTanh, row), gb.constant(1.0))));
+  // Each factor reaching the product through a reshape (as GPT-2's do: its MLP is [B, S, F]
+  // around a [B*S, F] matmul): matched all the same.
+  const SymShape split = {s, 2, 12};
+  gb.output("reshaped",
+            gb.mul(gb.reshape(gb.mul(x, gb.constant(0.5)), split), gb.reshape(one_plus, split)));
   auto exe = Executable::compile(*gb.build());
   ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
   const Graph& opt = (*exe)->optimized();
-  EXPECT_EQ(count_ops(opt, "unary.sigmoid"), 1) << opt.to_string();
-  EXPECT_EQ(count_ops(opt, "unary.tanh"), 2) << opt.to_string();  // quarter's and bcast's
+  EXPECT_EQ(count_ops(opt, "unary.sigmoid"), 2) << opt.to_string();  // gelu's and reshaped's
+  EXPECT_EQ(count_ops(opt, "unary.tanh"), 2) << opt.to_string();     // quarter's and bcast's
   std::mt19937 rng(5);
   std::vector<HostTensor> in = {random_host(DType::kF32, {9, 24}, rng),
                                 random_host(DType::kF32, {}, rng),
@@ -350,6 +355,8 @@ TEST(Passes, HalfOnePlusTanhBecomesSigmoid) {
         << "x=" << v;
     EXPECT_NEAR((*out)[1].at(i), quarter, 1e-5 * (std::abs(v) + 1)) << "x=" << v;
     EXPECT_NEAR((*out)[2].at(i), bcast, 1e-5 * (std::abs(v) + 1)) << "x=" << v;
+    EXPECT_NEAR((*out)[3].at(i), want, 2e-7 * (4 + 2 * std::abs(uv)) * std::abs(want) + 1e-38)
+        << "x=" << v;
   }
 }
 

@@ -132,12 +132,26 @@ int other_than_scalar(const GraphDef& g, const Node& n, BinaryOp op, double v) {
   return -1;
 }
 
+// Node `id`, or the input of the reshape that node `id` is: a factor matched below through a
+// reshape is reshaped back to the product's shape.
+int through_reshape(const GraphDef& g, int id) {
+  return g.nodes[id].op == GraphOp::kReshape ? g.nodes[id].inputs[0] : id;
+}
+
+// Node `id` has shape `like` and dtype `dt`, or is reshaped to them (its element count is the
+// reshape's: `id` is the input of a reshape with that shape, or of an elementwise node with it).
+int as_shape(graph::GraphEmitter& em, const GraphDef& g, int id, const Node& like) {
+  return g.nodes[id].shape == like.shape ? id : em.reshape(id, like.shape);
+}
+
 // (x * 0.5) * (tanh(u) + 1) = x * sigmoid(2u), for any u: 1 + tanh(u) = 2 sigmoid(2u).
 // GPT-2's gelu_new writes its tanh form out (its sqrt(2/pi) reaches the graph as a runtime
 // scalar under dynamic shapes, so it cannot be matched as gelu_tanh); sigmoid costs what
 // tanh does and the rewrite drops two of the eight ops a matmul epilogue ran per element.
-// It also loses nothing where 1 + tanh(u) cancels (u -> -inf). Both factors must have the
-// node's shape and dtype (no broadcast hidden in either).
+// It also loses nothing where 1 + tanh(u) cancels (u -> -inf). Either factor may reach the
+// product through a reshape (elementwise ops sink below reshapes as this pass runs, one
+// factor before the other); no factor may broadcast (every node matched keeps its operand's
+// shape and the product's dtype).
 int half_one_plus_tanh(Ctx& c) {
   if (c.n.op != GraphOp::kBinary || c.n.sub != static_cast<int>(BinaryOp::kMul) ||
       !is_float(c.n.dtype) || !c.same_type_as(0) || !c.same_type_as(1)) {
@@ -145,17 +159,22 @@ int half_one_plus_tanh(Ctx& c) {
   }
   const GraphDef& g = c.rw.out();
   for (int k = 0; k < 2; ++k) {
-    const int x = other_than_scalar(g, c.arg(k), BinaryOp::kMul, 0.5);
-    const int t = other_than_scalar(g, c.arg(1 - k), BinaryOp::kAdd, 1.0);
+    const Node& half = g.nodes[through_reshape(g, c.args[k])];
+    const Node& one_plus = g.nodes[through_reshape(g, c.args[1 - k])];
+    const int x = other_than_scalar(g, half, BinaryOp::kMul, 0.5);
+    const int t = other_than_scalar(g, one_plus, BinaryOp::kAdd, 1.0);
     if (x < 0 || t < 0) continue;
     const int u = unary_operand(g.nodes[t], UnaryOp::kTanh);
-    if (u < 0 || !(g.nodes[x].shape == c.n.shape) || g.nodes[x].dtype != c.n.dtype ||
-        !(g.nodes[u].shape == c.n.shape) || g.nodes[u].dtype != c.n.dtype) {
+    if (u < 0 || !(g.nodes[x].shape == half.shape) || !(g.nodes[t].shape == one_plus.shape) ||
+        !(g.nodes[u].shape == one_plus.shape) || g.nodes[x].dtype != c.n.dtype ||
+        g.nodes[u].dtype != c.n.dtype) {
       continue;
     }
     graph::GraphEmitter& em = c.rw.em();
-    const int s = em.unary(UnaryOp::kSigmoid, em.binary_scalar(BinaryOp::kMul, u, 2.0));
-    return em.binary(BinaryOp::kMul, x, s);
+    // Emitting appends nodes: `half` and `one_plus` are not read after the first emit.
+    const int ux = as_shape(em, g, u, c.n);
+    const int s = em.unary(UnaryOp::kSigmoid, em.binary_scalar(BinaryOp::kMul, ux, 2.0));
+    return em.binary(BinaryOp::kMul, as_shape(em, c.rw.out(), x, c.n), s);
   }
   return -1;
 }
