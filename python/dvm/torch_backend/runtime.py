@@ -96,6 +96,7 @@ def float_scalar(v) -> torch.Tensor:
     return t
 
 
+_ALL_IDX: dict[int, tuple] = {}  # n -> (0, .., n-1): every converted argument, in order
 _FEED = {"arg": lambda a: a, "carrier": carrier, "float": float_scalar}
 
 
@@ -140,6 +141,13 @@ class DvmPartition(torch.nn.Module):
             return ins
         return [_constant(t) if isinstance(t, _Parameter) else t for t in ins]
 
+    @staticmethod
+    def _all_idx(n):
+        idx = _ALL_IDX.get(n)
+        if idx is None:
+            idx = _ALL_IDX[n] = tuple(range(n))
+        return idx
+
     @property
     def exe(self):
         return self._exe
@@ -180,7 +188,18 @@ class DvmPartition(torch.nn.Module):
         except CarrierRangeError as e:
             return self._fall_back(args, e)
         try:
-            if ins:
+            outs = None
+            if ins and self._torch_call is not None:
+                # The C++ path also for converted arguments (a SymFloat's scalar, a carrier, a
+                # frozen weight): its outputs come from the output cache, where torch's
+                # allocator would map (and fault in) a large output's pages on every call.
+                try:
+                    outs = self._torch_call(self._exe, tuple(ins), self._all_idx(len(ins)))
+                except NotImplementedError:  # an argument only the general path takes
+                    pass
+            if outs is not None:
+                pass
+            elif ins:
                 outs = self._exe_call(*ins)
             else:
                 shapes = self.exe.output_shapes([])
