@@ -774,7 +774,8 @@ TEST(Executable, IndexSelectMatchesADirectLoop) {
   };
   const Case cases[] = {{{7}, 0, DType::kI64},       {{5, 3, 4}, 0, DType::kI32},
                         {{5, 3, 4}, 1, DType::kI64}, {{6, 1}, 0, DType::kI64},
-                        {{4, 9}, 1, DType::kI32},    {{32, 4}, 0, DType::kI64}};
+                        {{4, 9}, 1, DType::kI32},    {{32, 4}, 0, DType::kI64},
+                        {{8, 2}, 0, DType::kI32},    {{3, 8}, 0, DType::kI64}};
   for (const Case& c : cases) {
     GraphBuilder gb("gather_rows");
     Tensor x = gb.input("x", DType::kF32, {c.table.begin(), c.table.end()});
@@ -800,6 +801,47 @@ TEST(Executable, IndexSelectMatchesADirectLoop) {
       }
     }
   }
+}
+
+// iota (a native op: arange, and the row/column indices of masks) along each axis of a
+// symbolic 3-D shape, in each dtype it is made in, as an output and feeding a fused kernel.
+TEST(Executable, IotaCountsAlongItsAxis) {
+  for (DType dt : {DType::kI64, DType::kI32, DType::kF32}) {
+    for (int axis = 0; axis < 3; ++axis) {
+      GraphBuilder gb("iota");
+      SymExpr s = gb.symbol("S");
+      Tensor x = gb.input("x", DType::kF32, {s, 3, 5});
+      Tensor i = gb.iota({s, 3, 5}, axis, dt);
+      gb.output("i", i);
+      gb.output("sum", gb.binary(BinaryOp::kAdd, gb.cast(i, DType::kF32), x));
+      auto exe = Executable::compile(*gb.build());
+      ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+      std::vector<HostTensor> in = {host(DType::kF32, {4, 3, 5})};
+      for (int64_t k = 0; k < 60; ++k) in[0].set(k, 0.5 * k);
+      auto out = run_graph(**exe, in);
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      for (int64_t k = 0; k < 60; ++k) {
+        const int64_t idx[3] = {k / 15, k / 5 % 3, k % 5};
+        EXPECT_EQ((*out)[0].at(k), idx[axis]) << "axis " << axis << " k=" << k;
+        EXPECT_EQ((*out)[1].at(k), idx[axis] + 0.5 * k) << "axis " << axis << " k=" << k;
+      }
+    }
+  }
+  // A fill built from broadcast constants (torch.full_like written as zeros + 15) folds to a
+  // broadcast constant: once stored from a kernel of constants alone, which names no dim to
+  // spell [S, S] in, as a rank-0 value (an error at run time).
+  GraphBuilder gb("full_like");
+  SymExpr s = gb.symbol("S");
+  gb.input("x", DType::kF32, {s});
+  Tensor zeros = gb.expand(gb.constant(0.0, DType::kI64), {s, s});
+  gb.output("y", gb.binary(BinaryOp::kAdd, zeros, gb.constant(15.0, DType::kI64)));
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  std::vector<HostTensor> in = {host(DType::kF32, {6})};
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  ASSERT_EQ((*out)[0].numel(), 36);
+  for (int64_t k = 0; k < 36; ++k) EXPECT_EQ((*out)[0].at(k), 15) << k;
 }
 
 // cumsum (a native op) along each axis, f32 (summed in double, each result rounded once, as

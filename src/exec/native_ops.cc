@@ -3,6 +3,7 @@
 #include "exec/native_ops.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "ops/scalar_ops.h"
 
@@ -67,6 +68,65 @@ bool dense_after(const TensorArg& t, const std::vector<int64_t>& strides, int ax
   return true;
 }
 
+// Are all n indices (at element stride `is`) in [0, dim)? One branch-free pass (an unsigned
+// compare catches negatives too); the caller finds the first bad one to report.
+template <typename I>
+bool all_below(const I* idx, int64_t is, int64_t n, int64_t dim) {
+  using U = std::make_unsigned_t<I>;
+  bool bad = false;
+  for (int64_t k = 0; k < n; ++k)
+    bad |= static_cast<uint64_t>(static_cast<U>(idx[k * is])) >= static_cast<uint64_t>(dim) ||
+           idx[k * is] < 0;
+  return !bad;
+}
+
+bool indices_below(const TensorArg& index, int64_t is, int64_t n, int64_t dim) {
+  const char* ip = elem_ptr(index, 0);
+  if (index.dtype == DType::kI32)
+    return all_below(reinterpret_cast<const int32_t*>(ip), is, n, dim);
+  return all_below(reinterpret_cast<const int64_t*>(ip), is, n, dim);
+}
+
+// out row k = x row index[k], rows of `row` bytes at byte strides xs and os; the indices were
+// checked. Rows of a few bytes (T5's position bias: 4 heads, 16 bytes, T * T of them) copy at
+// a size known here rather than through a memcpy call each.
+template <int64_t kBytes, typename I>
+void copy_rows_of(int64_t n, const I* idx, int64_t is, const char* x, int64_t xs, char* out,
+                  int64_t os) {
+  for (int64_t k = 0; k < n; ++k)
+    std::memcpy(out + k * os, x + static_cast<int64_t>(idx[k * is]) * xs, kBytes);
+}
+
+template <typename I>
+void copy_rows_typed(int64_t row, int64_t n, const I* idx, int64_t is, const char* x, int64_t xs,
+                     char* out, int64_t os) {
+  switch (row) {
+    case 4:
+      return copy_rows_of<4>(n, idx, is, x, xs, out, os);
+    case 8:
+      return copy_rows_of<8>(n, idx, is, x, xs, out, os);
+    case 16:
+      return copy_rows_of<16>(n, idx, is, x, xs, out, os);
+    case 32:
+      return copy_rows_of<32>(n, idx, is, x, xs, out, os);
+    default:
+      for (int64_t k = 0; k < n; ++k) {
+        std::memcpy(out + k * os, x + static_cast<int64_t>(idx[k * is]) * xs,
+                    static_cast<size_t>(row));
+      }
+  }
+}
+
+void copy_rows(int64_t row, int64_t n, const TensorArg& index, int64_t is, const char* x,
+               int64_t xs, char* out, int64_t os) {
+  const char* ip = elem_ptr(index, 0);
+  if (index.dtype == DType::kI32) {
+    copy_rows_typed(row, n, reinterpret_cast<const int32_t*>(ip), is, x, xs, out, os);
+  } else {
+    copy_rows_typed(row, n, reinterpret_cast<const int64_t*>(ip), is, x, xs, out, os);
+  }
+}
+
 }  // namespace
 
 void strided_copy(const TensorArg& in, const TensorArg& out) {
@@ -90,11 +150,13 @@ Status index_select(const std::string& where, const TensorArg& x, const TensorAr
   std::vector<int64_t> sx = strides_of(x), si = strides_of(index), so = strides_of(out);
   int64_t dim = x.shape[axis];
   int64_t n = index.shape[0];
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t v = read_index(index, k * si[0]);
-    if (v < 0 || v >= dim) {
-      return out_of_range(where + ": index " + std::to_string(v) + " out of range for dim " +
-                          std::to_string(axis) + " of size " + std::to_string(dim));
+  if (!indices_below(index, si[0], n, dim)) {
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t v = read_index(index, k * si[0]);
+      if (v < 0 || v >= dim) {
+        return out_of_range(where + ": index " + std::to_string(v) + " out of range for dim " +
+                            std::to_string(axis) + " of size " + std::to_string(dim));
+      }
     }
   }
   if (axis == 0 && dense_after(x, sx, 0) && dense_after(out, so, 0)) {
@@ -103,10 +165,8 @@ Status index_select(const std::string& where, const TensorArg& x, const TensorAr
     // 0.9 ms at T = 128, eager 26 us).
     int64_t row = dtype_size(x.dtype);
     for (size_t d = 1; d < x.shape.size(); ++d) row *= x.shape[d];
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t v = read_index(index, k * si[0]);
-      std::memcpy(elem_ptr(out, k * so[0]), elem_ptr(x, v * sx[0]), static_cast<size_t>(row));
-    }
+    copy_rows(row, n, index, si[0], elem_ptr(x, 0), sx[0] * dtype_size(x.dtype), elem_ptr(out, 0),
+              so[0] * dtype_size(out.dtype));
     return Status::ok();
   }
   // Copy out[.., k, ..] = x[.., index[k], ..] as strided sub-views.
@@ -219,38 +279,64 @@ void cumsum(const TensorArg& x, int axis, const TensorArg& out) {
   }
 }
 
+namespace {
+
+// Stores v (an index) as `dtype` at p: f16/bf16 iota is rare, stored through f32 bits
+// truncated; bool as v != 0.
+void store_index(DType dtype, char* p, int64_t v) {
+  switch (dtype) {
+    case DType::kI64:
+      std::memcpy(p, &v, 8);
+      return;
+    case DType::kI32: {
+      const int32_t w = static_cast<int32_t>(v);
+      std::memcpy(p, &w, 4);
+      return;
+    }
+    case DType::kF32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    default: {
+      const uint8_t b = v != 0;
+      if (dtype == DType::kBool) std::memcpy(p, &b, 1);
+      return;
+    }
+  }
+}
+
+// One row of an iota along its last dim: v0, v0 + 1, ... (typed loops: a [T, T] iota is a
+// few microseconds, not a call per element).
+template <typename T>
+void iota_row(char* p, int64_t stride_bytes, int64_t n, int64_t v0, bool along) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T v = static_cast<T>(along ? v0 + j : v0);
+    std::memcpy(p + j * stride_bytes, &v, sizeof(T));
+  }
+}
+
+}  // namespace
+
 void iota(const TensorArg& out, int axis) {
   std::vector<int64_t> so = strides_of(out);
-  std::vector<int64_t> full(out.shape.size());
-  int64_t inner = out.shape.empty() ? 1 : out.shape.back();
-  int last = static_cast<int>(out.shape.size()) - 1;
+  const int64_t inner = out.shape.empty() ? 1 : out.shape.back();
+  const int last = static_cast<int>(out.shape.size()) - 1;
+  const bool along = axis == last;
+  const int64_t es = dtype_size(out.dtype);
+  const int64_t step = last >= 0 ? so[last] * es : 0;
   for_each_row(out.shape, [&](const std::vector<int64_t>& idx) {
-    full = idx;
-    for (int64_t j = 0; j < inner; ++j) {
-      if (last >= 0) full[last] = j;
-      int64_t v = full.empty() ? 0 : full[axis];
-      char* p = elem_ptr(out, dot(full, so));
-      switch (out.dtype) {
-        case DType::kI64:
-          std::memcpy(p, &v, 8);
-          break;
-        case DType::kI32: {
-          int32_t w = static_cast<int32_t>(v);
-          std::memcpy(p, &w, 4);
-          break;
-        }
-        case DType::kF32: {
-          float f = static_cast<float>(v);
-          std::memcpy(p, &f, 4);
-          break;
-        }
-        default: {
-          // f16/bf16/bool iota is rare; store through f32 bits truncated (bool: v != 0).
-          uint8_t b = v != 0;
-          if (out.dtype == DType::kBool) std::memcpy(p, &b, 1);
-          break;
-        }
-      }
+    char* p = elem_ptr(out, dot(idx, so));
+    const int64_t v0 = idx.empty() || along ? 0 : idx[axis];
+    switch (out.dtype) {
+      case DType::kI64:
+        return iota_row<int64_t>(p, step, inner, v0, along);
+      case DType::kI32:
+        return iota_row<int32_t>(p, step, inner, v0, along);
+      case DType::kF32:
+        return iota_row<float>(p, step, inner, v0, along);
+      default:
+        for (int64_t j = 0; j < inner; ++j) store_index(out.dtype, p + j * step, along ? j : v0);
     }
   });
 }

@@ -1,6 +1,7 @@
 // Pass: constant folding. Unary, binary, cast and select ops whose operands are all scalar
-// constants become constants, computed with the VM's scalar semantics (src/ops/scalar_ops.h),
-// so folding never changes a result. f16/bf16 constants and symbolic scalars are left alone.
+// constants (or broadcasts of them) become constants (broadcast to the op's shape), computed
+// with the VM's scalar semantics (src/ops/scalar_ops.h), so folding never changes a result.
+// f16/bf16 constants and symbolic scalars are left alone.
 #include <optional>
 
 #include "ops/scalar_ops.h"
@@ -99,10 +100,22 @@ StatusOr<GraphDef> constant_fold(const GraphDef& g) {
   return rw.run([&](int id) {
     const Node& n = g.nodes[id];
     std::vector<const Node*> args;
-    for (int i : n.inputs) args.push_back(&rw.out().nodes[rw.map(i)]);
+    bool broadcast = false;
+    for (int i : n.inputs) {
+      const Node* a = &rw.out().nodes[rw.map(i)];
+      // A broadcast constant folds as its value; the result is broadcast back to n's shape
+      // (a kernel of constants alone names no dim to spell that shape out in: T5's
+      // full_like(t, 15), iota * 0 + 15 once its product folds, was stored rank-0).
+      if (a->op == GraphOp::kBroadcast && foldable_const(rw.out().nodes[a->inputs[0]])) {
+        a = &rw.out().nodes[a->inputs[0]];
+        broadcast = true;
+      }
+      args.push_back(a);
+    }
     std::optional<double> v = args.empty() ? std::nullopt : fold(n, args);
     if (!v) return rw.copy(id);
-    return rw.em().scalar(*v, n.dtype);
+    const int c = rw.em().scalar(*v, n.dtype);
+    return broadcast && !n.shape.empty() ? rw.em().expand(c, n.shape) : c;
   });
 }
 
