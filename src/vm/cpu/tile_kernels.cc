@@ -1,6 +1,7 @@
 // Row kernels of the CPU VM (see tile_kernels.h). The f32 hot paths (unary, binary,
 // comparisons, select, fma, row reductions, accumulate) are Highway SIMD compiled for several
-// targets and dispatched at run time; integer, i64, conversion and arg-reduction rows are plain
+// targets and dispatched at run time; integer and conversion rows are plain loops vectorised per
+// target (tile_kernels_int.cc); arg-reduction and the other rows are plain
 // loops over the scalar spec (src/ops/scalar_ops.h) compiled once.
 //
 // Tails: the last partial vector is loaded with a lane mask (or through a padded stack buffer
@@ -17,6 +18,7 @@
 #include <limits>
 
 #include "ops/scalar_ops.h"
+#include "vm/cpu/int_loops.h"
 #include "vm/cpu/kernel_targets.h"  // first: before any Highway header
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -83,79 +85,8 @@ HWY_EXPORT(HalfMapF32);
 
 namespace {
 
-// Plain loops over the scalar spec; the op switch is hoisted out of the loop so that GCC can
-// vectorise the simple cases.
-template <typename TO, typename TA, typename F>
-void loop1(TO* dst, const TA* a, int ainc, int64_t n, F f) {
-  if (ainc) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i]);
-  } else if (n > 0) {
-    const TO v = f(a[0]);
-    for (int64_t i = 0; i < n; ++i) dst[i] = v;
-  }
-}
-template <typename TO, typename TA, typename F>
-void loop2(TO* dst, const TA* a, int ainc, const TA* b, int binc, int64_t n, F f) {
-  if (ainc && binc) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
-  } else if (ainc) {
-    const TA y = b[0];
-    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i], y);
-  } else if (binc) {
-    const TA x = a[0];
-    for (int64_t i = 0; i < n; ++i) dst[i] = f(x, b[i]);
-  } else if (n > 0) {
-    const TO v = f(a[0], b[0]);
-    for (int64_t i = 0; i < n; ++i) dst[i] = v;
-  }
-}
-
-template <typename T>
-void unary_int_row(UnaryOp op, T* dst, const T* a, int ainc, int64_t n) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return loop1(dst, a, ainc, n, [](T x) { return wrap_neg(x); });
-    case UnaryOp::kAbs:
-      return loop1(dst, a, ainc, n, [](T x) { return x < 0 ? wrap_neg(x) : x; });
-    case UnaryOp::kRelu:
-      return loop1(dst, a, ainc, n, [](T x) { return x > 0 ? x : T(0); });
-    default:
-      return loop1(dst, a, ainc, n, [op](T x) { return unary_int<T>(op, x); });
-  }
-}
-
-template <typename T>
-void binary_int_row(BinaryOp op, T* dst, const T* a, int ainc, const T* b, int binc, int64_t n) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return wrap_add(x, y); });
-    case BinaryOp::kSub:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return wrap_sub(x, y); });
-    case BinaryOp::kMul:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return wrap_mul(x, y); });
-    case BinaryOp::kMaximum:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return x > y ? x : y; });
-    case BinaryOp::kMinimum:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return x < y ? x : y; });
-    default:
-      return loop2(dst, a, ainc, b, binc, n, [op](T x, T y) { return binary_int<T>(op, x, y); });
-  }
-}
-
-template <typename T>
-void compare_int_row(BinaryOp op, int32_t* dst, const T* a, int ainc, const T* b, int binc,
-                     int64_t n) {
-  switch (op) {
-    case BinaryOp::kEq:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x == y}; });
-    case BinaryOp::kLt:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x < y}; });
-    case BinaryOp::kGt:
-      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x > y}; });
-    default:
-      return loop2(dst, a, ainc, b, binc, n, [op](T x, T y) { return compare<T>(op, x, y); });
-  }
-}
+using loops::loop1;
+using loops::loop2;
 
 template <typename T>
 void reduce_row_int(ReduceOp op, T* acc, const T* a, int ainc, int64_t n) {
@@ -239,20 +170,8 @@ void unary_pre_f32_rows(UnaryOp op, int pre, const Rows& rows, float* dst, const
 void unary_f32_rows(UnaryOp op, const Rows& rows, float* dst, const float* a, int ainc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(UnaryF32)(op, rows, dst, a, ainc, n);
 }
-void unary_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n) {
-  unary_int_row<int32_t>(op, dst, a, ainc, n);
-}
-void unary_i64(UnaryOp op, int64_t* dst, const int64_t* a, int ainc, int64_t n) {
-  unary_int_row<int64_t>(op, dst, a, ainc, n);
-}
 void predicate_f32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(PredicateF32)(op, dst, a, ainc, n);
-}
-void predicate_i32(UnaryOp op, int32_t* dst, const int32_t* a, int ainc, int64_t n) {
-  loop1(dst, a, ainc, n, [op](int32_t x) { return ops::predicate_i32(op, x); });
-}
-void predicate_i64(UnaryOp op, int32_t* dst, const int64_t* a, int ainc, int64_t n) {
-  loop1(dst, a, ainc, n, [op](int64_t x) { return ops::predicate_i64(op, x); });
 }
 
 void binary_f32(BinaryOp op, float* dst, const float* a, int ainc, const float* b, int binc,
@@ -263,25 +182,9 @@ void binary_f32_rows(BinaryOp op, const Rows& rows, float* dst, const float* a, 
                      const float* b, int binc, int64_t n) {
   HWY_DYNAMIC_DISPATCH(BinaryF32)(op, rows, dst, a, ainc, b, binc, n);
 }
-void binary_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
-                int64_t n) {
-  binary_int_row<int32_t>(op, dst, a, ainc, b, binc, n);
-}
-void binary_i64(BinaryOp op, int64_t* dst, const int64_t* a, int ainc, const int64_t* b, int binc,
-                int64_t n) {
-  binary_int_row<int64_t>(op, dst, a, ainc, b, binc, n);
-}
 void compare_f32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
                  int64_t n) {
   HWY_DYNAMIC_DISPATCH(CompareF32)(op, dst, a, ainc, b, binc, n);
-}
-void compare_i32(BinaryOp op, int32_t* dst, const int32_t* a, int ainc, const int32_t* b, int binc,
-                 int64_t n) {
-  compare_int_row<int32_t>(op, dst, a, ainc, b, binc, n);
-}
-void compare_i64(BinaryOp op, int32_t* dst, const int64_t* a, int ainc, const int64_t* b, int binc,
-                 int64_t n) {
-  compare_int_row<int64_t>(op, dst, a, ainc, b, binc, n);
 }
 
 void select(int elem_bytes, void* dst, const int32_t* cond, int cinc, const void* a, int ainc,
@@ -297,48 +200,6 @@ void select(int elem_bytes, void* dst, const int32_t* cond, int cinc, const void
   const auto* y = static_cast<const uint64_t*>(b);
   for (int64_t i = 0; i < n; ++i) {
     d[i] = cond[cinc ? i : 0] != 0 ? x[ainc ? i : 0] : y[binc ? i : 0];
-  }
-}
-
-void convert(CType to, void* dst, CType from, const void* src, int sinc, int64_t n) {
-  const auto conv = [&](auto* d, const auto* s, auto f) { loop1(d, s, sinc, n, f); };
-  switch (from) {
-    case CType::kF32: {
-      const auto* s = static_cast<const float*>(src);
-      switch (to) {
-        case CType::kF32:
-          return conv(static_cast<float*>(dst), s, [](float x) { return x; });
-        case CType::kI32:
-          return conv(static_cast<int32_t*>(dst), s, f32_to_i32);
-        case CType::kI64:
-          return conv(static_cast<int64_t*>(dst), s, f32_to_i64);
-      }
-      return;
-    }
-    case CType::kI32: {
-      const auto* s = static_cast<const int32_t*>(src);
-      switch (to) {
-        case CType::kF32:
-          return conv(static_cast<float*>(dst), s, i32_to_f32);
-        case CType::kI32:
-          return conv(static_cast<int32_t*>(dst), s, [](int32_t x) { return x; });
-        case CType::kI64:
-          return conv(static_cast<int64_t*>(dst), s, i32_to_i64);
-      }
-      return;
-    }
-    case CType::kI64: {
-      const auto* s = static_cast<const int64_t*>(src);
-      switch (to) {
-        case CType::kF32:
-          return conv(static_cast<float*>(dst), s, i64_to_f32);
-        case CType::kI32:
-          return conv(static_cast<int32_t*>(dst), s, i64_to_i32);
-        case CType::kI64:
-          return conv(static_cast<int64_t*>(dst), s, [](int64_t x) { return x; });
-      }
-      return;
-    }
   }
 }
 
