@@ -152,6 +152,14 @@ CHUNK_NOTE = "C++: min(s, (s+1)//2) not simplified; bind solves floor-div dims a
 # relation between two), so the slice (a free view) runs in PyTorch, outside the partitions.
 SLICE_NOTE = "C++: x[:n] with n <= s guarded by PyTorch: DVM's min(s, n) is not provably n"
 FL = FLOATS
+def _attention_heads_merged(qkv):
+    """GPT-2's attention from its fused projection: heads split off, merged back."""
+    b, s, _ = qkv.shape
+    q, k, v = (t.view(b, s, 2, 8).transpose(1, 2) for t in qkv.split(16, dim=2))
+    a = torch.softmax(q @ k.transpose(-1, -2) * 0.35, dim=-1)
+    return (a @ v).transpose(1, 2).reshape(b, s, 16)
+
+
 CASES = [
     # pointwise binary (Tensor and Scalar overloads, broadcasting, promotion)
     ("add", lambda a, b: a + b, two(), ALL),
@@ -363,6 +371,13 @@ CASES = [
                        torch.arange(2)[:, None, None], torch.arange(SZ(v)[0])[None, :, None],
                        torch.arange(SZ(v)[1])[None, None, :]), (BOOL,)),
     # attention
+    # heads merged back as the partition's output ([B, H, S, D] -> [B, S, H * D] merges a
+    # permuted view's dims: a copy kernel lays it out in the output; once an internal error
+    # at run time, and the whole partition ran in PyTorch)
+    ("attention_heads_merged", _attention_heads_merged,
+     lambda dt, g, v: (rand((2, SZ(v)[1], 48), dt, g),), (F32,)),
+    ("transpose_flatten", lambda a: (a * 2).t().reshape(-1), one(), (F32, I64)),
+    ("input_transpose_flatten", lambda a: a.t().reshape(-1) + 0, one(), (F32,)),
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
      lambda dt, g, v: tuple(rand((2, 2, SZ(v)[1], 8), dt, g) for _ in range(3)), (F32,)),
     ("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),

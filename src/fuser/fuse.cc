@@ -118,6 +118,18 @@ void Fuser::classify() {
       // instead of a copy kernel. Only for an output nothing else reads: a view read inside a
       // kernel becomes part of that kernel (an in-kernel view), not a stored value.
       plan_.role[i] = Role::kView;
+    } else if (nd.op == GraphOp::kReshape && is_output[i] && uses[i] == 0 &&
+               plan_.role[nd.inputs[0]] == Role::kView && !is_output[nd.inputs[0]] &&
+               !splits_only(node(nd.inputs[0]).shape, nd.shape) &&
+               node(nd.inputs[0]).op != GraphOp::kReshape) {
+      // An output that merges the dims of a permuted, sliced or broadcast view (attention's
+      // [B, H, S, D] -> [B, S, H * D] as a partition's output): no strides express it, so the
+      // view is laid out by a copy kernel, straight into the output's memory (this reshape
+      // aliases it, as above). Once the output was a copy kernel of the reshape itself,
+      // which had no strided view of its operand to copy from (an internal error at run time,
+      // and the partition ran in PyTorch).
+      plan_.role[nd.inputs[0]] = Role::kCompute;
+      plan_.role[i] = Role::kView;
     }
     // A reshape of a permuted, sliced or broadcast view is not a strided view in general
     // (merging dims needs them contiguous): materialise the view it reads (a copy kernel) so
