@@ -89,10 +89,17 @@ struct Prefetch {
   unsigned shift = 5;
 };
 
-template <size_t kRows, size_t kCols, bool kPf = false>
+//
+// A in place (kAIn): element (r, p) of A at ap[r * as + p] (rows of a row-major f32 A, read
+// where they are instead of packed: the packing cost as much as a quarter of the FMAs of a
+// narrow product, attention's P @ V over 64 columns). The same products in the same order:
+// the bits do not depend on it.
+template <size_t kRows, size_t kCols, bool kPf = false, bool kAIn = false>
 HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp,
                          ptrdiff_t bs, float* HWY_RESTRICT c, ptrdiff_t ldc, bool add, size_t ncols,
-                         Prefetch pf) {
+                         Prefetch pf, ptrdiff_t as) {
+  constexpr ptrdiff_t kAStep = kAIn ? 1 : static_cast<ptrdiff_t>(kMR);
+  if constexpr (!kAIn) as = 1;
   constexpr size_t kSets = kRows * kCols < 8 ? 2 : 1;
   const DF d;
   VF acc[kSets][kRows][kCols];
@@ -113,11 +120,11 @@ HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* H
       for (size_t v = 0; v < kCols; ++v) bv[v] = hn::LoadU(d, bp + v * kN);
 #pragma GCC unroll 16
       for (size_t r = 0; r < kRows; ++r) {
-        const VF av = hn::Set(d, ap[r]);
+        const VF av = hn::Set(d, ap[static_cast<ptrdiff_t>(r) * as]);
 #pragma GCC unroll 4
         for (size_t v = 0; v < kCols; ++v) acc[s][r][v] = hn::MulAdd(av, bv[v], acc[s][r][v]);
       }
-      ap += kMR;
+      ap += kAStep;
       bp += bs;
     }
     if constexpr (kPf) {
@@ -135,7 +142,7 @@ HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* H
       for (size_t v = 0; v < kCols; ++v) bv[v] = hn::LoadU(d, bp + v * kN);
 #pragma GCC unroll 16
       for (size_t r = 0; r < kRows; ++r) {
-        const VF av = hn::Set(d, ap[r]);
+        const VF av = hn::Set(d, ap[static_cast<ptrdiff_t>(r) * as]);
 #pragma GCC unroll 4
         for (size_t v = 0; v < kCols; ++v) acc[0][r][v] = hn::MulAdd(av, bv[v], acc[0][r][v]);
       }
@@ -170,20 +177,25 @@ HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* H
 }
 
 using KernelFn = void (*)(size_t, const float*, const float*, ptrdiff_t, float*, ptrdiff_t, bool,
-                          size_t, Prefetch);
+                          size_t, Prefetch, ptrdiff_t);
 
-template <size_t kCols, bool kPf, size_t... I>
+template <size_t kCols, bool kPf, bool kAIn, size_t... I>
 constexpr std::array<KernelFn, sizeof...(I)> MakeKernels(std::index_sequence<I...>) {
-  return {&Kernel<I + 1, kCols, kPf>...};
+  return {&Kernel<I + 1, kCols, kPf, kAIn>...};
 }
-// kKernels[v - 1][rows - 1]: the kernel for `rows` rows and v vectors of columns;
-// kKernelsPf[rows - 1]: full-width panels, prefetching the next panel's source.
-const std::array<KernelFn, kMR> kKernels[2] = {
-    MakeKernels<1, false>(std::make_index_sequence<kMR>()),
-    MakeKernels<kNV, false>(std::make_index_sequence<kMR>()),
+// kKernels[0][v - 1][rows - 1]: the kernel for `rows` rows and v vectors of columns;
+// kKernelsPf[0][rows - 1]: full-width panels, prefetching the next panel's source.
+// [1]: the same with A read in place.
+const std::array<KernelFn, kMR> kKernels[2][2] = {
+    {MakeKernels<1, false, false>(std::make_index_sequence<kMR>()),
+     MakeKernels<kNV, false, false>(std::make_index_sequence<kMR>())},
+    {MakeKernels<1, false, true>(std::make_index_sequence<kMR>()),
+     MakeKernels<kNV, false, true>(std::make_index_sequence<kMR>())},
 };
-const std::array<KernelFn, kMR> kKernelsPf =
-    MakeKernels<kNV, true>(std::make_index_sequence<kMR>());
+const std::array<KernelFn, kMR> kKernelsPf[2] = {
+    MakeKernels<kNV, true, false>(std::make_index_sequence<kMR>()),
+    MakeKernels<kNV, true, true>(std::make_index_sequence<kMR>()),
+};
 
 // Element converters for packing.
 struct ConvF32 {
@@ -628,8 +640,11 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
   // order as with packed panels: the bits do not depend on the choice.
   const bool direct_b =
       packed == nullptr && std::is_same_v<T, float> && b_cs == 1 && pan.count <= kDirectBMaxPanels;
+  // A row-major f32 A is read in place (see Kernel), except by the one- and two-row kernels
+  // of the direct path below, which read the packed panel.
+  const bool a_in_place = std::is_same_v<T, float> && a_cs == 1 && !(direct_b && m <= 2);
   const size_t nc_max = std::min(n, kNC);
-  float* abuf = gemm_detail::scratch(0, pan.count * kMR * kc_max);
+  float* abuf = gemm_detail::scratch(0, a_in_place ? 0 : pan.count * kMR * kc_max);
   const size_t b_panels = packed != nullptr ? 0 : direct_b ? 1 : (nc_max + kNR - 1) / kNR;
   float* bbuf = gemm_detail::scratch(1, b_panels * kNR * kc_max);
 
@@ -643,18 +658,25 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
           b == nullptr ? nullptr
                        : b + static_cast<ptrdiff_t>(pc) * b_rs + static_cast<ptrdiff_t>(jc) * b_cs;
       float* cblk = c + static_cast<ptrdiff_t>(jc);
-      PackA(pan, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, abuf, conv);
+      if (!a_in_place)
+        PackA(pan, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, abuf, conv);
       // One micro-kernel call: A panel ip x the B panel at bp (row stride bs), columns j0...
       // With a prefetch, the kernel also asks for the next panel's source (see Kernel).
       const auto tile = [&](size_t ip, size_t j0, const float* bp, ptrdiff_t bs, Prefetch pf = {}) {
         const size_t rows = pan.rows(ip);
         const size_t cols = std::min(kNR, nb - j0);
+        const int in = a_in_place ? 1 : 0;
         const KernelFn fn = pf.base != nullptr && cols == kNR
-                                ? kKernelsPf[rows - 1]
-                                : kKernels[cols <= kN ? 0 : 1][rows - 1];
-        fn(kc, abuf + ip * kMR * kc, bp, bs,
+                                ? kKernelsPf[in][rows - 1]
+                                : kKernels[in][cols <= kN ? 0 : 1][rows - 1];
+        const float* ap = abuf + ip * kMR * kc;
+        if (a_in_place) {
+          ap = reinterpret_cast<const float*>(a) + static_cast<ptrdiff_t>(pan.start(ip)) * a_rs +
+               static_cast<ptrdiff_t>(pc);
+        }
+        fn(kc, ap, bp, bs,
            cblk + static_cast<ptrdiff_t>(pan.start(ip)) * ldc + static_cast<ptrdiff_t>(j0), ldc,
-           add, cols, pf);
+           add, cols, pf, a_rs);
       };
       if (direct_b) {
         if (full < nb) PackB(kc, nb - full, bblk + full, b_rs, b_cs, bbuf, conv);
@@ -663,10 +685,10 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
           // One or two rows (decode): twice as wide tiles, so that each B row is read as whole
           // cache lines and enough FMAs are in flight.
           constexpr size_t kWide = 2 * kNR;
-          const KernelFn fn = m == 1 ? &Kernel<1, 2 * kNV> : &Kernel<2, 2 * kNV>;
+          const KernelFn fn = m == 1 ? &Kernel<1, 2 * kNV> : &Kernel<2, 2 * kNV>;  // packed A
           const float* bf = reinterpret_cast<const float*>(bblk);
           for (; j_start + kWide <= nb; j_start += kWide) {
-            fn(kc, abuf, bf + j_start, b_rs, cblk + j_start, ldc, add, kWide, Prefetch{});
+            fn(kc, abuf, bf + j_start, b_rs, cblk + j_start, ldc, add, kWide, Prefetch{}, 0);
           }
         }
         for (size_t j0 = j_start; j0 < nb; j0 += kNR) {
