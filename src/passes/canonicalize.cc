@@ -138,8 +138,8 @@ int through_reshape(const GraphDef& g, int id) {
   return g.nodes[id].op == GraphOp::kReshape ? g.nodes[id].inputs[0] : id;
 }
 
-// Node `id` has shape `like` and dtype `dt`, or is reshaped to them (its element count is the
-// reshape's: `id` is the input of a reshape with that shape, or of an elementwise node with it).
+// Node `id` at the shape of `like`: itself when it has that shape, else a reshape of it (the
+// callers pass a node with `like`'s element count).
 int as_shape(graph::GraphEmitter& em, const GraphDef& g, int id, const Node& like) {
   return g.nodes[id].shape == like.shape ? id : em.reshape(id, like.shape);
 }

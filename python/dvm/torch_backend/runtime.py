@@ -197,11 +197,9 @@ class DvmPartition(torch.nn.Module):
                     outs = self._torch_call(self._exe, tuple(ins), self._all_idx(len(ins)))
                 except NotImplementedError:  # an argument only the general path takes
                     pass
-            if outs is not None:
-                pass
-            elif ins:
+            if outs is None and ins:
                 outs = self._exe_call(*ins)
-            else:
+            elif outs is None:
                 shapes = self.exe.output_shapes([])
                 outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, self.out_dtypes)]
                 self.exe.run([], outs)
