@@ -844,6 +844,35 @@ TEST(Executable, IotaCountsAlongItsAxis) {
   for (int64_t k = 0; k < 36; ++k) EXPECT_EQ((*out)[0].at(k), 15) << k;
 }
 
+// A broadcast constant where no input of the kernel names its dims: summed along an axis,
+// read by a native op (cumsum), stored after math on scalars alone; the fuser fills it in
+// memory for those (once: "axis out of range for shape []", "a scalar has no storage").
+// torch.full as the backend writes it (iota * 0 + value) folds to a broadcast constant.
+TEST(Executable, BroadcastConstantsWhereNoInputNamesTheDims) {
+  GraphBuilder gb("bcast_const");
+  SymExpr s = gb.symbol("S");
+  gb.input("x", DType::kF32, {s});
+  Tensor c = gb.expand(gb.constant(2.0), {s, 4});
+  gb.output("sum", gb.reduce(ReduceOp::kSum, c, {1}));
+  gb.output("cumsum", gb.cumsum(c, 0));
+  Tensor i = gb.iota({s, s}, 1, DType::kI64);
+  gb.output("full",
+            gb.binary(BinaryOp::kAdd, gb.binary(BinaryOp::kMul, i, gb.constant(0.0, DType::kI64)),
+                      gb.constant(15.0, DType::kI64)));
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  EXPECT_EQ(count_ops((*exe)->optimized(), "iota"), 0) << (*exe)->optimized().to_string();
+  std::vector<HostTensor> in = {host(DType::kF32, {5})};
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  ASSERT_EQ((*out)[0].numel(), 5);
+  for (int64_t k = 0; k < 5; ++k) EXPECT_EQ((*out)[0].at(k), 8.0) << k;
+  ASSERT_EQ((*out)[1].numel(), 20);
+  for (int64_t k = 0; k < 20; ++k) EXPECT_EQ((*out)[1].at(k), 2.0 * (k / 4 + 1)) << k;
+  ASSERT_EQ((*out)[2].numel(), 25);
+  for (int64_t k = 0; k < 25; ++k) EXPECT_EQ((*out)[2].at(k), 15) << k;
+}
+
 // cumsum (a native op) along each axis, f32 (summed in double, each result rounded once, as
 // torch's CPU kernel), i64 and i32 (wrapping), a symbolic dim, an empty tensor, and a cumsum
 // feeding a fused kernel; the graph text round-trips.

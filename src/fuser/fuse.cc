@@ -98,8 +98,13 @@ void Fuser::classify() {
   std::vector<char> is_output(n, 0);
   for (int o : g_.outputs) is_output[o] = 1;
   std::vector<int> uses(n, 0);
-  for (const Node& nd : g_.nodes)
-    for (int in : nd.inputs) ++uses[in];
+  std::vector<char> native_operand(n, 0);  // read by a native op (a gather, cumsum)
+  for (const Node& nd : g_.nodes) {
+    for (int in : nd.inputs) {
+      ++uses[in];
+      if (graph::op_class(nd.op) == graph::OpClass::kNative) native_operand[in] = 1;
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g_.nodes[i];
     if (nd.op == GraphOp::kInput) {
@@ -108,8 +113,16 @@ void Fuser::classify() {
       plan_.role[i] = is_output[i] ? Role::kCompute : Role::kScalar;
     } else if (is_view_op(nd.op) && !is_output[i]) {
       // A view of a scalar (expand(constant), torch.full) is a scalar everywhere: inlined into
-      // its consumers' kernels like the constant itself.
-      plan_.role[i] = plan_.role[nd.inputs[0]] == Role::kScalar ? Role::kScalar : Role::kView;
+      // its consumers' kernels like the constant itself; filled in memory (a native fill) for
+      // a kernel whose inputs name none of its dims (lower.cc reports it: a sum or a store of
+      // the broadcast value needs them) and for native ops, which read their operands there.
+      if (plan_.role[nd.inputs[0]] != Role::kScalar) {
+        plan_.role[i] = Role::kView;
+      } else {
+        const bool in_memory = opt_.no_in_kernel_views.count(static_cast<int>(i)) ||
+                               (native_operand[i] && !nd.shape.empty());
+        plan_.role[i] = in_memory ? Role::kCompute : Role::kScalar;
+      }
     } else if (nd.op == GraphOp::kReshape && is_output[i] && uses[i] == 0 &&
                plan_.role[nd.inputs[0]] == Role::kCompute && !is_output[nd.inputs[0]]) {
       // An output that reshapes a computed value (nn.Linear on a [B, S, K] input returns its

@@ -30,6 +30,13 @@ class Lowerer {
   std::vector<Dim> load_dims(const SymShape& s);
   bool target_dims(const SymShape& s, bool allow_infer, std::vector<Dim>* out);
   Value value_of(int id);
+  // Asks lower_all to fill broadcast scalar `id` in memory and fuse again (the kernel names
+  // none of its dims): an in-kernel view it cannot lower, as *bad_view.
+  Status fill_in_memory(int id, int* bad_view) {
+    *bad_view = id;
+    return unimplemented(g_.name + ": " + graph::node_str(g_, id) +
+                         ": no input of the kernel names its dims; filled in memory instead");
+  }
   Value load(int id, bool through_self);
   Status lower(int id, int* bad_view);
 
@@ -39,6 +46,7 @@ class Lowerer {
   KernelBuilder kb_;
   std::map<SymExpr, Dim> dims_;
   std::map<int, Value> vals_;
+  int unspelled_ = -1;  // the first broadcast scalar whose shape the kernel cannot spell out
   LoweredKernel out_;
 };
 
@@ -101,10 +109,16 @@ Value Lowerer::value_of(int id) {
       v = kb_.constant(c.value, c.dtype);
     }
     // A broadcast scalar: spell out its shape when the kernel knows the dims; otherwise the
-    // consumer's own broadcasting gives the shape (checked against the graph at run time).
+    // consumer's own broadcasting gives the shape (checked against the graph at run time), or,
+    // where nothing else in the kernel has those dims (a sum of the broadcast value, a store
+    // of values computed from scalars alone), run() has the broadcast filled in memory.
     std::vector<Dim> dims;
-    if (root != id && !n.shape.empty() && target_dims(n.shape, false, &dims)) {
-      v = kb_.broadcast(v, dims);
+    if (root != id && !n.shape.empty()) {
+      if (target_dims(n.shape, false, &dims)) {
+        v = kb_.broadcast(v, dims);
+      } else if (unspelled_ < 0) {
+        unspelled_ = id;
+      }
     }
   } else {
     v = load(id, false);
@@ -134,6 +148,12 @@ Status Lowerer::lower(int id, int* bad_view) {
       v = kb_.constant(n.value, n.dtype);
       break;
     case GraphOp::kReduce:
+      if (plan_.role[n.inputs[0]] == Role::kScalar) {
+        std::vector<Dim> dims;
+        if (!target_dims(node(n.inputs[0]).shape, false, &dims)) {
+          return fill_in_memory(n.inputs[0], bad_view);
+        }
+      }
       v = kb_.reduce(static_cast<ReduceOp>(n.sub), arg(0),
                      std::vector<int>(n.ints.begin(), n.ints.end()), n.flag);
       break;
@@ -184,6 +204,12 @@ StatusOr<LoweredKernel> Lowerer::run(int* bad_view) {
     }
   }
   for (int id : grp.nodes) DVM_RETURN_IF_ERROR(lower(id, bad_view));
+  for (int id : grp.stores) {
+    std::vector<Dim> dims;
+    if (unspelled_ >= 0 && !target_dims(node(id).shape, false, &dims)) {
+      return fill_in_memory(unspelled_, bad_view);
+    }
+  }
   for (int id : grp.stores) {
     kb_.store(value_name(id), vals_.at(id), node(id).dtype);
     out_.stores.push_back(id);

@@ -132,23 +132,14 @@ class Translator:
         return self.gb.constant(float(value), d)
 
     def fill(self, value, shape, dtype):
-        """A tensor of `shape` filled with `value` (torch.full).
-
-        Built from an iota rather than expand(constant): DVM fails at run time on a broadcast
-        constant ("a scalar has no storage"; see the report in tests/test_torch_backend.py).
-        """
+        """A tensor of `shape` filled with `value` (torch.full): a broadcast constant, inlined
+        into the kernels that read it (the fuser fills it in memory where a kernel cannot)."""
         d = dtype if isinstance(dtype, dvm.DType) else dvm_dtype(dtype)
-        if not shape:
-            return self.gb.constant(float(value), d)
-        i = self.gb.iota(list(shape), 0, dvm.DType.I64)
-        if d == dvm.DType.BOOL:
-            return self.gb.binary(dvm.BinaryOp.GE if value else dvm.BinaryOp.LT, i, 0)
         if isinstance(value, (int, float, bool)):
-            z = self.gb.binary(dvm.BinaryOp.MUL, self.cast(i, d), 0)
-            return self.gb.binary(dvm.BinaryOp.ADD, z, self.gb.constant(float(value), d))
-        # a tensor (rank 0) value
-        z = self.gb.binary(dvm.BinaryOp.MUL, self.cast(i, d), 0)
-        return self.gb.binary(dvm.BinaryOp.ADD, z, self.cast(value, d))
+            v = self.gb.constant(float(bool(value)) if d == dvm.DType.BOOL else float(value), d)
+        else:  # a tensor (rank 0) value
+            v = self.cast(value, d)
+        return self.gb.expand(v, list(shape)) if shape else v
 
     def sym_scalar(self, value, dtype):
         """A rank-0 tensor holding an int | SymExpr value (a size used as data)."""
