@@ -360,6 +360,55 @@ TEST(Passes, HalfOnePlusTanhBecomesSigmoid) {
   }
 }
 
+// torch's matmul of [B, H, S, D] operands reaches the graph as a bmm over [B*H, S, D]
+// reshapes; the rank-4 product replaces it when both operands only merge the same batch dims,
+// so attention's permuted heads are read in place (no copy kernels) and the softmax joins the
+// matmul's kernel. Operands that merge different batch dims, or more than the batch dims, keep
+// the bmm. Against a direct loop.
+TEST(Passes, BatchedMatmulKeepsItsBatchDims) {
+  GraphBuilder gb("heads");
+  SymExpr s = gb.symbol("S");
+  Tensor q = gb.input("q", DType::kF32, {2, s, 3, 8});  // [B, S, H, D]
+  Tensor k = gb.input("k", DType::kF32, {2, s, 3, 8});
+  Tensor qh = gb.reshape(gb.permute(q, {0, 2, 1, 3}), {6, s, 8});  // [B*H, S, D]
+  Tensor kh = gb.reshape(gb.permute(k, {0, 2, 1, 3}), {6, s, 8});
+  Tensor scores = gb.reshape(gb.matmul(qh, kh, false, true), {2, 3, s, s});
+  gb.output("p", gb.softmax(scores, -1));
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  const std::string opt = (*exe)->optimized().to_string();
+  EXPECT_NE(opt.find("matmul(%"), std::string::npos) << opt;
+  EXPECT_EQ(count_ops((*exe)->optimized(), "reshape"), 0) << opt;
+  EXPECT_EQ((*exe)->num_kernels(), 1) << (*exe)->fusion_report();
+  std::mt19937 rng(21);
+  const int64_t S = 5;
+  std::vector<HostTensor> in = {random_host(DType::kF32, {2, S, 3, 8}, rng),
+                                random_host(DType::kF32, {2, S, 3, 8}, rng)};
+  auto out = run_graph(**exe, in);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t h = 0; h < 3; ++h) {
+      for (int64_t i = 0; i < S; ++i) {
+        double row[S], mx = -1e300, sum = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          row[j] = 0;
+          for (int64_t d = 0; d < 8; ++d) {
+            row[j] += double(in[0].at(((b * S + i) * 3 + h) * 8 + d)) *
+                      in[1].at(((b * S + j) * 3 + h) * 8 + d);
+          }
+          mx = std::max(mx, row[j]);
+        }
+        for (int64_t j = 0; j < S; ++j) sum += std::exp(row[j] - mx);
+        for (int64_t j = 0; j < S; ++j) {
+          EXPECT_NEAR((*out)[0].at(((b * 3 + h) * S + i) * S + j), std::exp(row[j] - mx) / sum,
+                      1e-5)
+              << b << " " << h << " " << i << " " << j;
+        }
+      }
+    }
+  }
+}
+
 // A gather of elementwise math over an input moves below the math: cross-entropy written as
 // log_softmax + gather picks the targets' logits from the input, and the [S, C]
 // log-probabilities are never stored. Values as computed the long way.

@@ -179,6 +179,39 @@ int half_one_plus_tanh(Ctx& c) {
   return -1;
 }
 
+// matmul(reshape(a), reshape(b)) = reshape(matmul(a, b)) where each reshape only merges the
+// batch dims of a rank >= 4 operand (its last two dims kept) and both operands have the same
+// batch dims: torch's matmul of [B, H, S, D] operands reaches the graph as a bmm over [B*H,
+// S, D] views. Merging the batch dims of a permuted view (attention's heads) is no strided
+// view, so each operand was copied out first, and the reshape of the product kept the
+// softmax after it out of the matmul's kernel; the rank-4 product reads the views in place.
+int unmerge_batch_dims(Ctx& c) {
+  if (c.n.op != GraphOp::kMatMul || c.n.shape.size() != 3) return -1;
+  const Node& ra = c.arg(0);
+  const Node& rb = c.arg(1);
+  if (ra.op != GraphOp::kReshape || rb.op != GraphOp::kReshape) return -1;
+  const GraphDef& g = c.rw.out();
+  const int a = ra.inputs[0], b = rb.inputs[0];
+  const SymShape& sa = g.nodes[a].shape;
+  const SymShape& sb = g.nodes[b].shape;
+  if (sa.size() < 4 || sa.size() != sb.size() || ra.shape.size() != 3 || rb.shape.size() != 3 ||
+      g.nodes[a].dtype != ra.dtype || g.nodes[b].dtype != rb.dtype) {
+    return -1;
+  }
+  if (!same_trailing_dims(sa, ra.shape, 2) || !same_trailing_dims(sb, rb.shape, 2)) return -1;
+  // The merged dim is the batch dims' product (not implied by the element count alone when K
+  // is 0).
+  SymExpr batch = sa[0];
+  for (size_t d = 0; d + 2 < sa.size(); ++d) {
+    if (!(sa[d] == sb[d])) return -1;
+    if (d > 0) batch = batch * sa[d];
+  }
+  if (!(batch == ra.shape[0]) || !(batch == rb.shape[0])) return -1;
+  const bool ta = c.n.ints[0] != 0, tb = c.n.ints[1] != 0;
+  const int mm = c.rw.em().matmul(a, b, ta, tb);
+  return c.rw.em().reshape(mm, c.n.shape);
+}
+
 const Rule kRules[] = {
     // reshape(x, shape(x)) = x;  broadcast(x, shape(x)) = x;  cast<t>(x: t) = x
     {"identity_layout",
@@ -321,6 +354,7 @@ const Rule kRules[] = {
        return -1;
      }},
     {"half_one_plus_tanh", half_one_plus_tanh},
+    {"unmerge_batch_dims", unmerge_batch_dims},
     {"elementwise_above_reshape", elementwise_above_reshape},
 };
 
