@@ -173,14 +173,15 @@ void choose_matmul_tiling(Layout* L, const bc::Target& target, int threads) {
   // A row-wise reduction in the tile needs whole rows (a single pass).
   if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
   // More blocks for the threads (one thread runs the preferred tiles as they are: a split only
-  // repacks): each block packs its own K x cols slice of B and rows x K slice of A, so
-  // splitting rows repacks B and splitting columns repacks A. Split the side whose split
-  // repacks less (small M, e.g. decode and short sequences: split N).
+  // repacks): each block packs its own K x cols slice of B, so splitting rows packs B again,
+  // while a row-major f32 A is read in place and splitting columns costs nothing. Split the
+  // columns first (nn.Linear, 2 threads, against MKL: 1040 x 1024 -> 256 0.83 -> 0.91,
+  // geomean of 9 shapes 0.82 -> 0.85), the rows once the columns are one GEMM panel wide.
   while (threads > 1 && grid_size(*L, chunk) < 2 * threads) {
     bool can_rows = chunk[L->row] >= 32;
     bool can_cols =
         chunk[L->col] >= 2 * target.matmul_micro_n && !L->axes[L->col].reduced;  // rows stay whole
-    if (can_cols && (!can_rows || chunk[L->row] < chunk[L->col])) {
+    if (can_cols) {
       chunk[L->col] = (chunk[L->col] / 2 + target.matmul_micro_n - 1) / target.matmul_micro_n *
                       target.matmul_micro_n;
     } else if (can_rows) {
