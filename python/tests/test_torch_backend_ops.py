@@ -152,6 +152,8 @@ CHUNK_NOTE = "C++: min(s, (s+1)//2) not simplified; bind solves floor-div dims a
 # relation between two), so the slice (a free view) runs in PyTorch, outside the partitions.
 SLICE_NOTE = "C++: x[:n] with n <= s guarded by PyTorch: DVM's min(s, n) is not provably n"
 FL = FLOATS
+
+
 def _attention_heads_merged(qkv):
     """GPT-2's attention from its fused projection: heads split off, merged back."""
     b, s, _ = qkv.shape

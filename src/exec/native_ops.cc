@@ -3,7 +3,6 @@
 #include "exec/native_ops.h"
 
 #include <cstring>
-#include <type_traits>
 
 #include "ops/scalar_ops.h"
 
@@ -68,15 +67,15 @@ bool dense_after(const TensorArg& t, const std::vector<int64_t>& strides, int ax
   return true;
 }
 
-// Are all n indices (at element stride `is`) in [0, dim)? One branch-free pass (an unsigned
-// compare catches negatives too); the caller finds the first bad one to report.
+// Are all n indices (at element stride `is`) in [0, dim)? One branch-free pass; the caller
+// finds the first bad one to report.
 template <typename I>
 bool all_below(const I* idx, int64_t is, int64_t n, int64_t dim) {
-  using U = std::make_unsigned_t<I>;
   bool bad = false;
-  for (int64_t k = 0; k < n; ++k)
-    bad |= static_cast<uint64_t>(static_cast<U>(idx[k * is])) >= static_cast<uint64_t>(dim) ||
-           idx[k * is] < 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t v = idx[k * is];
+    bad |= (v < 0) | (v >= dim);
+  }
   return !bad;
 }
 

@@ -259,9 +259,8 @@ const Rule kRules[] = {
        return xn.dtype == c.n.dtype && xn.shape == c.n.shape ? x : -1;
      }},
     // x * 0 = 0 for integer and bool x (no NaN or infinity to keep): a zero broadcast to the
-    // product's shape. The backend's torch.full (and zeros, ones, full_like) is an iota times
-    // zero plus the value; folded, the [.., ..] iota it would fill (a native op, a pass over
-    // memory of its own) is dead.
+    // product's shape. A fill written as iota * 0 + value (as the torch backend once wrote
+    // torch.full) then leaves its [.., ..] iota (a native op, a pass over memory) dead.
     {"integer_times_zero",
      [](Ctx& c) {
        if (c.n.op != GraphOp::kBinary || c.n.sub != static_cast<int>(BinaryOp::kMul) ||
@@ -270,7 +269,7 @@ const Rule kRules[] = {
        }
        for (int k = 0; k < 2; ++k) {
          const Node& x = c.arg(1 - k);
-         if (!is_scalar_const(c.arg(k), 0.0) || x.dtype != c.n.dtype || is_float(x.dtype)) continue;
+         if (!is_scalar_const(c.arg(k), 0.0) || x.dtype != c.n.dtype) continue;
          graph::GraphEmitter& em = c.rw.em();
          return em.expand(em.scalar(0.0, c.n.dtype), c.n.shape);
        }

@@ -96,7 +96,6 @@ def float_scalar(v) -> torch.Tensor:
     return t
 
 
-_ALL_IDX: dict[int, tuple] = {}  # n -> (0, .., n-1): every converted argument, in order
 _FEED = {"arg": lambda a: a, "carrier": carrier, "float": float_scalar}
 
 
@@ -141,13 +140,6 @@ class DvmPartition(torch.nn.Module):
             return ins
         return [_constant(t) if isinstance(t, _Parameter) else t for t in ins]
 
-    @staticmethod
-    def _all_idx(n):
-        idx = _ALL_IDX.get(n)
-        if idx is None:
-            idx = _ALL_IDX[n] = tuple(range(n))
-        return idx
-
     @property
     def exe(self):
         return self._exe
@@ -190,11 +182,12 @@ class DvmPartition(torch.nn.Module):
         try:
             outs = None
             if ins and self._torch_call is not None:
-                # The C++ path also for converted arguments (a SymFloat's scalar, a carrier, a
-                # frozen weight): its outputs come from the output cache, where torch's
-                # allocator would map (and fault in) a large output's pages on every call.
+                # The C++ path also for converted arguments (a SymFloat's scalar, a carrier):
+                # its outputs come from the output cache, where torch's allocator would map
+                # (and fault in) a large output's pages on every call. A frozen weight (a
+                # dvm.Constant) is no tensor: those calls take Executable.call.
                 try:
-                    outs = self._torch_call(self._exe, tuple(ins), self._all_idx(len(ins)))
+                    outs = self._torch_call(self._exe, tuple(ins), tuple(range(len(ins))))
                 except NotImplementedError:  # an argument only the general path takes
                     pass
             if outs is None and ins:
