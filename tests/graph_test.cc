@@ -853,9 +853,10 @@ TEST(Executable, IndexSelectMatchesADirectLoop) {
 }
 
 // iota (a native op: arange, and the row/column indices of masks) along each axis of a
-// symbolic 3-D shape, in each dtype it is made in, as an output and feeding a fused kernel.
+// symbolic 3-D shape, in each dtype it is made in (f16/bf16 once left unwritten), as an output
+// and feeding a fused kernel.
 TEST(Executable, IotaCountsAlongItsAxis) {
-  for (DType dt : {DType::kI64, DType::kI32, DType::kF32}) {
+  for (DType dt : {DType::kI64, DType::kI32, DType::kF32, DType::kF16, DType::kBF16}) {
     for (int axis = 0; axis < 3; ++axis) {
       GraphBuilder gb("iota");
       SymExpr s = gb.symbol("S");

@@ -280,8 +280,8 @@ void cumsum(const TensorArg& x, int axis, const TensorArg& out) {
 
 namespace {
 
-// Stores v (an index) as `dtype` at p: f16/bf16 iota is rare, stored through f32 bits
-// truncated; bool as v != 0.
+// Stores v (an index) as `dtype` at p: f16/bf16 rounded from f32 (once left unwritten); bool
+// as v != 0.
 void store_index(DType dtype, char* p, int64_t v) {
   switch (dtype) {
     case DType::kI64:
@@ -297,9 +297,16 @@ void store_index(DType dtype, char* p, int64_t v) {
       std::memcpy(p, &f, 4);
       return;
     }
-    default: {
+    case DType::kF16:
+    case DType::kBF16: {
+      const float f = static_cast<float>(v);
+      const uint16_t h = dtype == DType::kF16 ? ops::f32_to_f16_bits(f) : ops::f32_to_bf16_bits(f);
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case DType::kBool: {
       const uint8_t b = v != 0;
-      if (dtype == DType::kBool) std::memcpy(p, &b, 1);
+      std::memcpy(p, &b, 1);
       return;
     }
   }
