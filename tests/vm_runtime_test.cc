@@ -1,9 +1,13 @@
 // The runtime around the VM: program cache and relocation, statistics, determinism across
 // thread counts, run-time params, staged (workspace) kernels.
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <sstream>
+#include <thread>
+#include <vector>
 
+#include "base/thread_pool.h"
 #include "vm_test_util.h"
 
 namespace dvm::testing {
@@ -91,6 +95,36 @@ TEST(Runtime, ParallelBackendRunsEveryPartWithTheSameBits) {
   const int launches = g_backend_launches.load();
   ASSERT_TRUE(ck->run({&x.arg, 1}, {&other.arg, 1}).is_ok());
   EXPECT_EQ(g_backend_launches.load(), launches);  // DVM's pool again
+}
+
+// The pool runs every part of every launch exactly once: launches back to back (a worker
+// waking late must not take a part of the next one), from several threads at once (one owns
+// the workers, the others run their parts themselves), nested inside a part, and after the
+// workers fell asleep.
+TEST(Runtime, ThreadPoolRunsEveryPartOnce) {
+  const auto launch_and_count = [](int parts) {
+    std::vector<std::atomic<int>> runs(static_cast<size_t>(parts));
+    base::parallel_for(parts, [&](int p) { runs[static_cast<size_t>(p)].fetch_add(1); });
+    for (int p = 0; p < parts; ++p) {
+      if (runs[static_cast<size_t>(p)].load() != 1) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(launch_and_count(1 + i % 7)) << "launch " << i;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) bad += !launch_and_count(2 + i % 5);
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  std::atomic<int> inner{0};
+  base::parallel_for(3, [&](int) { base::parallel_for(4, [&](int) { inner.fetch_add(1); }); });
+  EXPECT_EQ(inner.load(), 12);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // idle workers block
+  EXPECT_TRUE(launch_and_count(5));
 }
 
 TEST(Runtime, ParamChangesWithoutReencoding) {
