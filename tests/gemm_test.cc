@@ -270,6 +270,33 @@ TEST(Gemm, TransposedBReadInPlace) {
   });
 }
 
+// A promised-unchanged A (a_token) keeps its packed x panels from one call to the next (the
+// VM's tiles along N): the same bits as packing each time, over several row chunks and K
+// blocks; a new token, or another A, repacks (an A rewritten under a new token is seen).
+TEST(Gemm, TransposedBKeepsPackedRowsForTheSameToken) {
+  for_each_target([&] {
+    std::mt19937 rng(11);
+    for (int64_t m : {20, 232, 288}) {
+      const int64_t k = 1100, n = 40;
+      Operand a = make_operand(m, k, Layout::kRowMajor, rng);
+      const Operand b = make_operand(k, 2 * n, Layout::kTransposed, rng);
+      std::vector<float> want(static_cast<size_t>(m * 2 * n)), got(want.size());
+      const auto tile = [&](std::vector<float>& c, int64_t j0, uint64_t token) {
+        gemm_f32_bt_in_place(m, n, k, a.data.data(), a.rs, a.cs, b.data.data() + j0 * b.cs, b.cs,
+                             c.data() + j0, 2 * n, false, token);
+      };
+      for (uint64_t token : {uint64_t{7}, uint64_t{8}}) {
+        tile(want, 0, 0);
+        tile(want, n, 0);
+        tile(got, 0, token);
+        tile(got, n, token);  // reads the panels the first tile packed
+        EXPECT_EQ(want, got) << "m=" << m << " token " << token;
+        for (float& x : a.data) x = -x;  // rewritten: the next token must not reuse the panels
+      }
+    }
+  });
+}
+
 TEST(Gemm, Medium) {
   for_each_target([&] {
     std::mt19937 rng(5);

@@ -140,6 +140,13 @@ class BlockRunner {
   void exec_reduce(const Instr& in);
   void exec_argreduce(const Instr& in);
   void exec_matmul(const Instr& in);
+  // This runner's name for the GEMM's kept operands (cpu::gemm_f32_bt_in_place's a_token):
+  // unique per runner, so no other launch's memory is mistaken for this one's.
+  uint64_t gemm_token() {
+    static std::atomic<uint64_t> next{1};
+    if (gemm_token_ == 0) gemm_token_ = next.fetch_add(1, std::memory_order_relaxed);
+    return gemm_token_;
+  }
   bool skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows, int64_t ak) const;
   bool transposed_b_in_place(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
                              int64_t rows) const;
@@ -183,6 +190,7 @@ class BlockRunner {
   std::shared_ptr<const vm::PackedWeight> packed_;
   vm::WeightKey packed_key_;
   bool packed_looked_up_ = false;
+  uint64_t gemm_token_ = 0;  // gemm_token(): 0 until the first matmul asks
 };
 
 void BlockRunner::set_axis(int axis, int64_t trip) {
@@ -1093,8 +1101,11 @@ void BlockRunner::exec_matmul(const Instr& in) {
     cpu::gemm_f32_skinny(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs,
                          reinterpret_cast<const float*>(b.p), b.cs, c, d.rs, false);
   } else if (da.dtype == DType::kF32 && transposed_b_in_place(db, b, k, bk, rows)) {
+    // An A no instruction writes is the same memory for the whole launch: the tiles along N of
+    // one row block, run one after another here, pack it once.
+    const uint64_t token = lp_.desc_read_only[in.a.index] ? gemm_token() : 0;
     cpu::gemm_f32_bt_in_place(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
-                              reinterpret_cast<const float*>(b.p), b.cs, c, d.rs, false);
+                              reinterpret_cast<const float*>(b.p), b.cs, c, d.rs, false, token);
   } else if (da.dtype == DType::kF32) {
     cpu::gemm_f32(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
                   reinterpret_cast<const float*>(b.p), bk, b.cs, c, d.rs, false);
@@ -2066,7 +2077,16 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
     if (prog.axes[a].tile == bc::AxisTile::kCol) lp->col_axis = static_cast<int>(a);
   }
   const size_t na = prog.axes.size();
+  std::vector<char> written;
+  for (const bc::Instr& in : lp->instrs) {
+    if (in.d.kind != OperandKind::kDesc || in.d.index >= prog.descs.size()) continue;
+    const size_t slot = static_cast<size_t>(prog.descs[in.d.index].slot);
+    if (written.size() <= slot) written.resize(slot + 1, 0);
+    written[slot] = 1;
+  }
   for (const bc::Descriptor& d : prog.descs) {
+    const size_t slot = static_cast<size_t>(d.slot);
+    lp->desc_read_only.push_back(slot >= written.size() || !written[slot]);
     const int64_t es = dtype_size(d.dtype);
     lp->desc_offset.push_back(d.offset * es);
     lp->desc_slot.push_back(d.slot);

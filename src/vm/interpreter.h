@@ -24,6 +24,9 @@ struct LoadedProgram {
   // (desc_step[d * axes + a]), and its element strides along the tile's rows and columns.
   std::vector<int64_t> desc_offset, desc_step, desc_rs, desc_cs;
   std::vector<int> desc_slot, desc_es;  // its argument slot and element bytes
+  // Per descriptor: no instruction of the program writes its slot, so what it reads stays the
+  // same for the whole launch (a matmul's A then keeps its packed panels from tile to tile).
+  std::vector<char> desc_read_only;
   // Work per register element, relative to an elementwise op: the contraction length of the
   // program's matmuls (a small matmul output can still be a lot of work for the threads).
   int64_t work_per_elem = 1;

@@ -29,8 +29,23 @@
 
 namespace dvm::vm::cpu::gemm_detail {
 // Thread-local 64-byte aligned scratch of at least `floats` floats, grown on demand; slot 0 holds
-// the packed A block, slot 1 the packed B block, slot 2 partial sums (gemm_amx.cc).
+// the packed A block, slot 1 the packed B block, slot 2 partial sums (gemm_amx.cc), slot 3 the
+// x panels GemmWtRows keeps for the next tile (KeptX).
 float* scratch(int slot, size_t floats);
+
+#ifndef DVM_GEMM_KEPT_X_DEFINED  // this file is included once per Highway target
+#define DVM_GEMM_KEPT_X_DEFINED
+// What slot 3 holds: the 32-row panels of every K block of x, for a caller's token (a promise
+// that x is unchanged while the token is) and x's address, strides and shape.
+struct KeptX {
+  uint64_t token = 0;  // 0: nothing kept
+  const float* a = nullptr;
+  ptrdiff_t a_rs = 0, a_cs = 0;
+  size_t m = 0, k = 0;
+  bool operator==(const KeptX&) const = default;
+};
+#endif
+KeptX& kept_x();
 }  // namespace dvm::vm::cpu::gemm_detail
 
 #undef HWY_TARGET_INCLUDE
@@ -330,34 +345,48 @@ constexpr size_t kWtMinK = 256;
 // 182-184 -> 189-197, M = 360 even, M = 486 188-193 -> 183-190).
 constexpr size_t kWtMaxProductRows = 288;
 
-// C (+)= A times W^T (A element (i, p) at a[i * a_rs + p * a_cs], W row j at w + j * w_rs,
-// contiguous along p), in equal K blocks of at most kWtKC.
-void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
-            const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate) {
-  const size_t kblocks = (k + kWtKC - 1) / kWtKC;
-  const size_t kc_max = (k + kblocks - 1) / kblocks;
+// x's rows [0, m) and its columns [pc, pc + kc) as 32-row panels (k-major, rows past m zero).
+void PackXBlock(size_t m, size_t kc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs, float* xbuf) {
   const size_t panels = (m + kWtRows - 1) / kWtRows;
-  float* xbuf = gemm_detail::scratch(0, panels * kWtRows * kc_max);
-  for (size_t pc = 0; pc < k; pc += kc_max) {
-    const size_t kc = std::min(kc_max, k - pc);
-    const bool add = accumulate || pc > 0;
-    for (size_t ip = 0; ip < panels; ++ip) {
-      const size_t rows = std::min(kWtRows, m - ip * kWtRows);
-      const float* src =
-          a + static_cast<ptrdiff_t>(ip * kWtRows) * a_rs + static_cast<ptrdiff_t>(pc) * a_cs;
-      float* panel = xbuf + ip * kWtRows * kc;
-      if (a_cs == 1) {
-        PackRowsF32<kWtRows>(rows, kc, src, a_rs, panel);  // zero-pads rows past m
-      } else {
-        for (size_t p = 0; p < kc; ++p) {
-          for (size_t r = 0; r < kWtRows; ++r) {
-            panel[p * kWtRows + r] =
-                r < rows ? src[static_cast<ptrdiff_t>(r) * a_rs + static_cast<ptrdiff_t>(p) * a_cs]
-                         : 0.0f;
-          }
+  for (size_t ip = 0; ip < panels; ++ip) {
+    const size_t rows = std::min(kWtRows, m - ip * kWtRows);
+    const float* src = a + static_cast<ptrdiff_t>(ip * kWtRows) * a_rs;
+    float* panel = xbuf + ip * kWtRows * kc;
+    if (a_cs == 1) {
+      PackRowsF32<kWtRows>(rows, kc, src, a_rs, panel);  // zero-pads rows past m
+    } else {
+      for (size_t p = 0; p < kc; ++p) {
+        for (size_t r = 0; r < kWtRows; ++r) {
+          panel[p * kWtRows + r] =
+              r < rows ? src[static_cast<ptrdiff_t>(r) * a_rs + static_cast<ptrdiff_t>(p) * a_cs]
+                       : 0.0f;
         }
       }
     }
+  }
+}
+
+// Floats of the x panels of an m x k product: every K block's, one after another.
+size_t WtPanelFloats(size_t m, size_t k) {
+  return (m + kWtRows - 1) / kWtRows * kWtRows * k;
+}
+
+// C (+)= A times W^T (A element (i, p) at a[i * a_rs + p * a_cs], W row j at w + j * w_rs,
+// contiguous along p), in equal K blocks of at most kWtKC. kept: every K block's x panels
+// (WtPanelFloats), already packed (`packed`) or to be packed there; null: packed block by block
+// into scratch.
+void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+            const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate, float* kept,
+            bool packed) {
+  const size_t kblocks = (k + kWtKC - 1) / kWtKC;
+  const size_t kc_max = (k + kblocks - 1) / kblocks;
+  const size_t panels = (m + kWtRows - 1) / kWtRows;
+  float* block_buf = kept ? nullptr : gemm_detail::scratch(0, panels * kWtRows * kc_max);
+  for (size_t pc = 0; pc < k; pc += kc_max) {
+    const size_t kc = std::min(kc_max, k - pc);
+    const bool add = accumulate || pc > 0;
+    float* xbuf = kept ? kept + panels * kWtRows * pc : block_buf;
+    if (!packed) PackXBlock(m, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, xbuf);
     for (size_t j0 = 0; j0 < n; j0 += kWtCols) {
       const size_t cols = std::min(kWtCols, n - j0);
       const float* wj = w + static_cast<ptrdiff_t>(j0) * w_rs + static_cast<ptrdiff_t>(pc);
@@ -382,16 +411,35 @@ inline bool ReadsTransposedBInPlace(size_t m_total, size_t k, ptrdiff_t b_rs, pt
   return b_rs == 1 && b_cs != 1 && k >= kWtMinK && m_total <= kWtMaxProductRows;
 }
 
+// Most floats of x panels kept from one tile for the next (8 MiB: 288 rows of a K of 7K).
+constexpr size_t kKeptXMaxFloats = size_t{2} << 20;
+
 // GemmWt over row chunks of at most kWtMaxRows, so that x's block and C's rows stay in L2
-// (the order of each output's sum does not depend on them).
+// (the order of each output's sum does not depend on them). token != 0: the caller promises
+// that x is unchanged since the last call on this thread with the same token, address,
+// strides and shape; the x panels packed then are read again. The VM's tiles of one row
+// block over N (512 columns each) repacked x once per tile: a linear layer of 232 rows and
+// 3072 outputs packed x six times.
 void GemmWtRows(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
-                const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate) {
+                const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate,
+                uint64_t token) {
   if (m == 0 || n == 0) return;
   const size_t chunks = (m + kWtMaxRows - 1) / kWtMaxRows;
   const size_t mc = ((m + chunks - 1) / chunks + kN - 1) / kN * kN;
+  float* kept = nullptr;
+  bool packed = false;
+  if (token != 0 && k > 0 && (chunks * WtPanelFloats(mc, k) <= kKeptXMaxFloats)) {
+    const gemm_detail::KeptX key{token, a, a_rs, a_cs, m, k};
+    gemm_detail::KeptX& held = gemm_detail::kept_x();
+    kept = gemm_detail::scratch(3, chunks * WtPanelFloats(mc, k));
+    packed = held == key;
+    held = key;
+  }
   for (size_t i0 = 0; i0 < m; i0 += mc) {
-    GemmWt(std::min(mc, m - i0), n, k, a + static_cast<ptrdiff_t>(i0) * a_rs, a_rs, a_cs, w, w_rs,
-           c + static_cast<ptrdiff_t>(i0) * ldc, ldc, accumulate);
+    const size_t rows = std::min(mc, m - i0);
+    GemmWt(rows, n, k, a + static_cast<ptrdiff_t>(i0) * a_rs, a_rs, a_cs, w, w_rs,
+           c + static_cast<ptrdiff_t>(i0) * ldc, ldc, accumulate, kept, packed);
+    if (kept) kept += WtPanelFloats(rows, k);
   }
 }
 
@@ -743,9 +791,11 @@ bool GemmReadsTransposedBInPlace(int64_t m_total, int64_t k, int64_t b_rs, int64
 
 void GemmF32TransposedBInPlace(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
                                int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
-                               bool accumulate) {
+                               bool accumulate, uint64_t a_token) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (k > 0) return GemmWtRows(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate);
+  if (k > 0) return GemmWtRows(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
+#else
+  (void)a_token;
 #endif
   GemmImpl<float>(m, n, k, a, a_rs, a_cs, b, 1, b_cs, c, ldc, accumulate, ConvF32());
 }
@@ -847,7 +897,7 @@ float* scratch(int slot, size_t floats) {
     size_t size = 0;
     ~Buffer() { ::operator delete (data, std::align_val_t{64}); }
   };
-  thread_local Buffer buffers[3];
+  thread_local Buffer buffers[4];
   Buffer& buf = buffers[slot];
   if (buf.size < floats) {
     ::operator delete (buf.data, std::align_val_t{64});
@@ -857,6 +907,11 @@ float* scratch(int slot, size_t floats) {
     buf.size = size;
   }
   return buf.data;
+}
+
+KeptX& kept_x() {
+  thread_local KeptX kept;
+  return kept;
 }
 
 }  // namespace gemm_detail
@@ -927,9 +982,9 @@ bool gemm_f32_reads_b_in_place(int64_t m_total, int64_t k, int64_t b_rs, int64_t
 
 void gemm_f32_bt_in_place(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
                           int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
-                          bool accumulate) {
+                          bool accumulate, uint64_t a_token) {
   HWY_DYNAMIC_DISPATCH(GemmF32TransposedBInPlace)
-  (m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate);
+  (m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
 }
 
 GemmTile gemm_preferred_tile() {

@@ -54,10 +54,13 @@ void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_
 // must not depend on how a thread count tiles the product); gemm_f32_bt_in_place computes
 // C (+)= A B with B element (p, j) at b[p + j * b_cs] (GemmImpl where there is no such kernel).
 // Such a B is never worth packing ahead of time (the VM's weight cache leaves it alone).
+// a_token != 0 promises that A is unchanged since this thread's last call with the same token,
+// A address, strides and shape: x's packed panels are then read again instead of repacked
+// (tiles along N of one row block; the same bits either way). 0: no promise.
 bool gemm_f32_reads_b_in_place(int64_t m_total, int64_t k, int64_t b_rs, int64_t b_cs);
 void gemm_f32_bt_in_place(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
                           int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
-                          bool accumulate);
+                          bool accumulate, uint64_t a_token = 0);
 
 // Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
 // the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
