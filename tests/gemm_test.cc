@@ -306,6 +306,8 @@ TEST(Gemm, Medium) {
     run_f32(37, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, true, rng);
     run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kRowMajor, false, rng);
     run_f32(3, 1100, 700, Layout::kRowMajor, Layout::kTransposed, false, rng);
+    // A row stride of 4 KiB: A is packed, not read in place (its rows would share an L1 set).
+    run_f32(30, 70, 1024, Layout::kRowMajor, Layout::kRowMajor, true, rng);
   });
 }
 

@@ -89,6 +89,17 @@ static_assert(kNC % kNR == 0, "column block must hold whole panels");
 // Most A panels (of up to MR rows) for which a row-major f32 B is read in place (GemmImpl).
 constexpr size_t kDirectBMaxPanels = 10;
 
+// Do MR rows of A at this row stride (floats) fall into enough L1 sets to be read in place?
+// A micro-tile reads one cache line from each of its MR rows at once: at a row stride that
+// is a multiple of 4 KiB (K = 1024, 2048, 3072 f32 rows) all of them map to one of L1's 64
+// sets, more lines than a set has ways, and evict each other (one thread, nn.Linear M = 512,
+// N = 256, K = 1024: 96-98 GF/s in place, 107-110 packed; gemm_bench 1024^3 103 -> 112-124,
+// 256 x 256 x 3072 98-103 -> 115-129). At 2 KiB (two sets, K = 512) both ways measure alike.
+inline bool ARowsSpreadInL1(ptrdiff_t a_rs) {
+  const size_t bytes = static_cast<size_t>(a_rs < 0 ? -a_rs : a_rs) * sizeof(float);
+  return bytes % 4096 != 0;
+}
+
 // c[0..kRows) x [0..ncols) (+)= A panel (kc x kMR, rows used: kRows) x B panel (kc rows of
 // kCols vectors at stride bs floats). With few accumulators the K loop runs two independent
 // accumulator sets (even / odd p) to hide the FMA latency.
@@ -689,8 +700,10 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
   const bool direct_b =
       packed == nullptr && std::is_same_v<T, float> && b_cs == 1 && pan.count <= kDirectBMaxPanels;
   // A row-major f32 A is read in place (see Kernel), except by the one- and two-row kernels
-  // of the direct path below, which read the packed panel.
-  const bool a_in_place = std::is_same_v<T, float> && a_cs == 1 && !(direct_b && m <= 2);
+  // of the direct path below, which read the packed panel, and where its rows alias in L1
+  // (ARowsSpreadInL1).
+  const bool a_in_place =
+      std::is_same_v<T, float> && a_cs == 1 && !(direct_b && m <= 2) && ARowsSpreadInL1(a_rs);
   const size_t nc_max = std::min(n, kNC);
   float* abuf = gemm_detail::scratch(0, a_in_place ? 0 : pan.count * kMR * kc_max);
   const size_t b_panels = packed != nullptr ? 0 : direct_b ? 1 : (nc_max + kNR - 1) / kNR;
