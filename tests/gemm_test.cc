@@ -264,7 +264,7 @@ TEST(Gemm, TransposedBReadInPlace) {
     std::mt19937 rng(9);
     for (int64_t m : {5, 32, 33, 100})
       for (int64_t n : {1, 13, 14, 15, 29, 100})
-        for (int64_t k : {1, 17, 256, 1100})
+        for (int64_t k : {1, 17, 256, 1024, 1100})  // 1024: W rows 4 KiB apart, copied
           for (Layout la : {Layout::kRowMajor, Layout::kTransposed})
             run_f32(m, n, k, la, Layout::kTransposed, (m + n + k) % 2 == 1, rng, true);
   });
