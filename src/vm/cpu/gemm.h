@@ -3,8 +3,9 @@
 // block is packed into MR-row panels and the B block into NR-column panels (packing handles any
 // strides, converts f16/bf16 to f32 and zero-pads edges), and a register-tile micro-kernel
 // (Highway FMA, dynamically dispatched: MR x NR = 14 x 32 on AVX-512, 6 x 16 on AVX2, 6 x 8 on
-// SSE4) computes each MR x NR tile of C. A row-major f32 A is read in place, never packed;
-// skinny products (m <= MR, B with contiguous columns) read B in place too.
+// SSE4) computes each MR x NR tile of C. A row-major f32 A is read in place (packed when its
+// rows are a multiple of 4 KiB apart); skinny products (m <= MR, B with contiguous columns) read
+// B in place too.
 #pragma once
 
 #include <cstdint>
