@@ -89,14 +89,15 @@ static_assert(kNC % kNR == 0, "column block must hold whole panels");
 // Most A panels (of up to MR rows) for which a row-major f32 B is read in place (GemmImpl).
 constexpr size_t kDirectBMaxPanels = 10;
 
-// Do MR rows of A at this row stride (floats) fall into enough L1 sets to be read in place?
-// A micro-tile reads one cache line from each of its MR rows at once: at a row stride that
-// is a multiple of 4 KiB (K = 1024, 2048, 3072 f32 rows) all of them map to one of L1's 64
-// sets, more lines than a set has ways, and evict each other (one thread, nn.Linear M = 512,
-// N = 256, K = 1024: 96-98 GF/s in place, 107-110 packed; gemm_bench 1024^3 103 -> 112-124,
-// 256 x 256 x 3072 98-103 -> 115-129). At 2 KiB (two sets, K = 512) both ways measure alike.
-inline bool ARowsSpreadInL1(ptrdiff_t a_rs) {
-  const size_t bytes = static_cast<size_t>(a_rs < 0 ? -a_rs : a_rs) * sizeof(float);
+// Do the rows of an operand read side by side (A's MR rows by the micro-kernel, W's 14 rows by
+// the in-place transposed-B kernel) fall into enough L1 sets at this row stride (floats)? At a
+// stride that is a multiple of 4 KiB (K = 1024, 2048, 3072 f32 rows) all of them map to one
+// of L1's 64 sets, more lines than a set has ways, and they evict each other (one thread,
+// nn.Linear M = 512, N = 256, K = 1024: A in place 96-98 GF/s, packed 107-110; gemm_bench
+// 1024^3 103 -> 112-124, 256 x 256 x 3072 98-103 -> 115-129). At 2 KiB (two sets, K = 512)
+// both ways measure alike.
+inline bool RowsSpreadInL1(ptrdiff_t rs) {
+  const size_t bytes = static_cast<size_t>(rs < 0 ? -rs : rs) * sizeof(float);
   return bytes % 4096 != 0;
 }
 
@@ -393,12 +394,11 @@ void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdif
   const size_t kc_max = (k + kblocks - 1) / kblocks;
   const size_t panels = (m + kWtRows - 1) / kWtRows;
   float* block_buf = kept ? nullptr : gemm_detail::scratch(0, panels * kWtRows * kc_max);
-  // W's rows at a stride that is a multiple of 4 KiB (K = 1024, 2048, 3072) all map to one L1
-  // set: the kernel's 14 rows evict each other. Each block of them is copied once to a stride
-  // a line longer than kc, and every x panel reads the copy (M = 232, N = 768, one thread:
-  // K = 1024 / 2048 / 3072 ran at 88-91 / 84-89 / 88 GF/s, their unaliased neighbours at
-  // 97-102 / 98-107 / 100).
-  const bool copy_w = static_cast<size_t>(w_rs) * sizeof(float) % 4096 == 0;
+  // W's rows aliased in L1 (RowsSpreadInL1): each block of the kernel's 14 rows is copied
+  // once to a stride a line longer than kc, and every x panel reads the copy (M = 232,
+  // N = 768, one thread: K = 1024 / 2048 / 3072 ran at 88-91 / 84-89 / 88 GF/s, their
+  // unaliased neighbours at 97-102 / 98-107 / 100).
+  const bool copy_w = !RowsSpreadInL1(w_rs);
   const size_t wbuf_rs = kc_max + 16;
   float* wbuf = copy_w ? gemm_detail::scratch(1, kWtCols * wbuf_rs) : nullptr;
   for (size_t pc = 0; pc < k; pc += kc_max) {
@@ -719,9 +719,9 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       packed == nullptr && std::is_same_v<T, float> && b_cs == 1 && pan.count <= kDirectBMaxPanels;
   // A row-major f32 A is read in place (see Kernel), except by the one- and two-row kernels
   // of the direct path below, which read the packed panel, and where its rows alias in L1
-  // (ARowsSpreadInL1).
+  // (RowsSpreadInL1).
   const bool a_in_place =
-      std::is_same_v<T, float> && a_cs == 1 && !(direct_b && m <= 2) && ARowsSpreadInL1(a_rs);
+      std::is_same_v<T, float> && a_cs == 1 && !(direct_b && m <= 2) && RowsSpreadInL1(a_rs);
   const size_t nc_max = std::min(n, kNC);
   float* abuf = gemm_detail::scratch(0, a_in_place ? 0 : pan.count * kMR * kc_max);
   const size_t b_panels = packed != nullptr ? 0 : direct_b ? 1 : (nc_max + kNR - 1) / kNR;
