@@ -174,9 +174,10 @@ void choose_matmul_tiling(Layout* L, const bc::Target& target, int threads) {
   if (L->axes[L->col].reduced) chunk[L->col] = std::max<int64_t>(1, L->axes[L->col].extent);
   // More blocks for the threads (one thread runs the preferred tiles as they are: a split only
   // repacks): each block packs its own K x cols slice of B, so splitting rows packs B again,
-  // while a row-major f32 A is read in place and splitting columns costs nothing. Split the
-  // columns first (nn.Linear, 2 threads, against MKL: 1040 x 1024 -> 256 0.83 -> 0.91,
-  // geomean of 9 shapes 0.82 -> 0.85), the rows once the columns are one GEMM panel wide.
+  // while a row-major f32 A is read in place (unless its rows alias in L1) and splitting
+  // columns costs little. Split the columns first (nn.Linear, 2 threads, against MKL:
+  // 1040 x 1024 -> 256 0.83 -> 0.91, geomean of 9 shapes 0.82 -> 0.85), the rows once the
+  // columns are one GEMM panel wide.
   while (threads > 1 && grid_size(*L, chunk) < 2 * threads) {
     bool can_rows = chunk[L->row] >= 32;
     bool can_cols =
