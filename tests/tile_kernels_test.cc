@@ -1135,23 +1135,25 @@ TEST(TileKernels, ArgReduce) {
 
 // A transposed copy against the element-by-element definition: register blocks (8 x 8),
 // their row and column edges, one-element and empty shapes, strides wider than the copy;
-// nothing outside the copy is written.
+// nothing outside the copy is written. With from_dram the source's columns are prefetched
+// ahead (the same result).
 TEST(TileKernels, TransposeF32) {
-  for (int64_t rows : {0, 1, 3, 8, 9, 16, 23}) {
-    for (int64_t cols : {0, 1, 7, 8, 17, 24}) {
-      const int64_t scs = rows + 5, drs = cols + 3;  // wider than the copy
-      std::vector<float> src(static_cast<size_t>(std::max<int64_t>(1, cols * scs)));
-      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.0f;
-      std::vector<float> dst(static_cast<size_t>(std::max<int64_t>(1, rows * drs)), -1.0f);
-      transpose_f32(dst.data(), drs, src.data(), scs, rows, cols);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < drs; ++c) {
-          const float want = c < cols ? src[c * scs + r] : -1.0f;  // padding untouched
-          ASSERT_EQ(dst[r * drs + c], want) << rows << "x" << cols << " at " << r << "," << c;
+  for (bool from_dram : {false, true})
+    for (int64_t rows : {0, 1, 3, 8, 9, 16, 23}) {
+      for (int64_t cols : {0, 1, 7, 8, 17, 24, 80}) {
+        const int64_t scs = rows + 5, drs = cols + 3;  // wider than the copy
+        std::vector<float> src(static_cast<size_t>(std::max<int64_t>(1, cols * scs)));
+        for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.0f;
+        std::vector<float> dst(static_cast<size_t>(std::max<int64_t>(1, rows * drs)), -1.0f);
+        transpose_f32(dst.data(), drs, src.data(), scs, rows, cols, from_dram);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < drs; ++c) {
+            const float want = c < cols ? src[c * scs + r] : -1.0f;  // padding untouched
+            ASSERT_EQ(dst[r * drs + c], want) << rows << "x" << cols << " at " << r << "," << c;
+          }
         }
       }
     }
-  }
 }
 
 // Two fused mul-adds row by row in one pass: the same bits as the two calls apart, and

@@ -1267,6 +1267,8 @@ TEST(VmStreamStores, MatchReference) {
   kb.store("softmax", kb.div(e, kb.sum(e, {-1}, true)));
   kb.store("silu_mul", kb.mul(kb.unary(UnaryOp::kSilu, x), g));
   kb.store("affine", kb.add(kb.binary(BinaryOp::kMul, x, 2.0), g));
+  // A transposed source: its tile columns are short strided runs, prefetched rows ahead.
+  kb.store("transposed", kb.binary(BinaryOp::kMul, kb.transpose(x, 0, 1), 0.5));
   BUILD(kb, k);
   std::mt19937 rng(58);
   for (auto [r, c] :
@@ -1295,6 +1297,53 @@ TEST(VmStreamStores, MatchReference) {
          .what = "loops " + std::to_string(s) + "x" + std::to_string(h) + "x" + std::to_string(d)});
   }
   vm::set_stream_threshold_bytes(-1);
+}
+
+// A tile of a permuted source ([S, H, D] read as [H, S, D]) reads every H-th run of D: the
+// grid walks the heads right after the tile's rows, so that consecutive blocks fill those
+// holes while the lines and pages are fresh, and the tile's columns stay last. A source
+// read densely keeps the usual order (outer axes slowest).
+TEST(VmLayout, PermutedRowsWalkTheirHolesNext) {
+  KernelBuilder kb("heads");
+  Value x = kb.load("x", DType::kF32, {kb.symbol("S"), 12, 64});
+  kb.store("y", kb.binary(BinaryOp::kMul, kb.permute(x, {1, 0, 2}), 0.125));
+  BUILD(kb, k);
+  std::mt19937 rng(61);
+  std::vector<Buffer> bufs = {make_buffer(DType::kF32, {300, 12, 64}, rng),
+                              make_buffer(DType::kF32, {12, 300, 64}, rng)};
+  const TensorArg in[] = {bufs[0].arg}, out[] = {bufs[1].arg};
+  const bc::Program p = encode_for(k, in, out).programs.at(0);
+  int row = -1, col = -1, heads = -1;
+  for (int a = 0; a < static_cast<int>(p.axes.size()); ++a) {
+    if (p.axes[a].tile == bc::AxisTile::kRow) row = a;
+    if (p.axes[a].tile == bc::AxisTile::kCol) col = a;
+    if (p.axes[a].tile == bc::AxisTile::kNone && p.axes[a].extent == 12) heads = a;
+  }
+  ASSERT_GE(row, 0);
+  ASSERT_GE(heads, 0) << bc::disassemble(p);
+  EXPECT_EQ(p.axes[row].extent, 300) << bc::disassemble(p);
+  EXPECT_LT(row, heads) << bc::disassemble(p);
+  EXPECT_LT(heads, col) << bc::disassemble(p);
+  check(k, {bufs[0]}, {.what = "permuted heads"});
+
+  KernelBuilder db("dense");
+  Value z = db.load("z", DType::kF32, {db.symbol("S"), 12, 64});
+  Value g = db.load("g", DType::kF32, {1, 12, 1});  // stops the axes folding into one
+  db.store("y", db.mul(z, g));
+  BUILD(db, dense);
+  std::vector<Buffer> dbufs = {make_buffer(DType::kF32, {300, 12, 64}, rng),
+                               make_buffer(DType::kF32, {1, 12, 1}, rng),
+                               make_buffer(DType::kF32, {300, 12, 64}, rng)};
+  const TensorArg din[] = {dbufs[0].arg, dbufs[1].arg}, dout[] = {dbufs[2].arg};
+  const bc::Program q = encode_for(dense, din, dout).programs.at(0);
+  int seq = -1, rows = -1;
+  for (int a = 0; a < static_cast<int>(q.axes.size()); ++a) {
+    if (q.axes[a].extent == 300) seq = a;
+    if (q.axes[a].tile == bc::AxisTile::kRow) rows = a;
+  }
+  ASSERT_GE(seq, 0) << bc::disassemble(q);
+  EXPECT_LT(seq, rows) << bc::disassemble(q);  // no hole: the outer axis walks slowest
+  check(dense, {dbufs[0], dbufs[1]}, {.what = "dense heads"});
 }
 
 // Rotary embedding at model head sizes, contiguous: cos and sin are the same for every head,

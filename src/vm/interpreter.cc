@@ -359,7 +359,7 @@ void BlockRunner::exec_data(const Instr& in) {
         // Transposed source (contiguous along the tile's rows): read it a column at a time,
         // contiguously, and write the register (L1) strided, instead of gathering rows.
         cpu::transpose_f32(reinterpret_cast<float*>(d.p), d.rs, reinterpret_cast<const float*>(s.p),
-                           s.cs, rows, cols);
+                           s.cs, rows, cols, args_.stream_stores);
         return;
       }
       for (int64_t r = 0; r < rows; ++r)

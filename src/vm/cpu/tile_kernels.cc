@@ -299,8 +299,8 @@ void dot_row_f32_rows(const Rows& rows, float* acc, const float* a, int ainc, co
   HWY_DYNAMIC_DISPATCH(DotRowF32)(rows, acc, a, ainc, b, binc, n);
 }
 void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
-                   int64_t cols) {
-  HWY_DYNAMIC_DISPATCH(TransposeF32)(dst, drs, src, scs, rows, cols);
+                   int64_t cols, bool from_dram) {
+  HWY_DYNAMIC_DISPATCH(TransposeF32)(dst, drs, src, scs, rows, cols, from_dram);
 }
 bool map_reduce_f32_rows(int kind, int op, int pre, int red, const Rows& rows, float* dst,
                          const float* a, int ainc, const float* b, int binc, const float* c,

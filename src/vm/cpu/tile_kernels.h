@@ -228,9 +228,10 @@ bool half_map_supported(int kind, int op, DType a_type, DType d_type);
 bool half_map_f32_rows(const HalfMapArgs& m);
 
 // dst[r * drs + c] = src[c * scs + r], r < rows, c < cols (f32): a transposed copy, in
-// register blocks where the target allows.
+// register blocks where the target allows. `from_dram`: the launch's data exceed the caches,
+// so the source's columns are prefetched a few ahead.
 void transpose_f32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
-                   int64_t cols);
+                   int64_t cols, bool from_dram = false);
 
 // A map and the row reduction of its result in one pass: dst = y = a + b, a - b, a * b
 // (kind 0, op a BinaryOp), exp(a + b) / exp(a - b) (kind 1, op UnaryOp::kExp, pre 1 / 2) or

@@ -398,7 +398,7 @@ HWY_INLINE hn::Vec<D> InterleaveUpper64(D d, hn::Vec<D> a, hn::Vec<D> b) {
 // through registers (eight 8-lane loads, 24 shuffles, eight stores) on targets with 256-bit
 // vectors, then 4 x 4 blocks (128-bit) on x86; the edges copy element by element.
 void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
-                  int64_t cols) {
+                  int64_t cols, [[maybe_unused]] bool from_dram) {
   // Element by element over columns [c_begin, c_end) x rows [r_begin, r_end): the edges.
   const auto copy = [&](int64_t c_begin, int64_t c_end, int64_t r_begin, int64_t r_end) {
     for (int64_t c = c_begin; c < c_end; ++c)
@@ -415,6 +415,8 @@ void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_
   };
   const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
   for (int64_t c = 0; c < cols8; c += 8) {
+    if (from_dram)
+      for (int k = 0; k < 8; ++k) PrefetchRowAhead(src, scs, c + k, cols, rows);
     for (int64_t r = 0; r < rows8; r += 8) {
       // v[k]: source column c + k (8 consecutive rows r..r+7), i.e. tile column c + k.
       hn::Vec256<float> v[8];
