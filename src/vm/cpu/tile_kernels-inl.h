@@ -102,12 +102,19 @@ class PrefetchDrain {
   }
   PrefetchDrain(const PrefetchDrain&) = delete;
   PrefetchDrain& operator=(const PrefetchDrain&) = delete;
+  // Two lines per loop iteration: at one, a block's later passes covered only part of the
+  // next block's rows (add_layernorm over 768 columns: ~660 iterations for ~1060 lines), and
+  // that block's first pass waited on DRAM for the rest. At 16M elements, 1 thread, against
+  // the plain loops: rmsnorm_c4096 1.45-1.61 -> 1.79-1.86x, rmsnorm_c64 1.08-1.14 ->
+  // 1.16-1.34x, add_layernorm_c768 1.04-1.09 -> 1.14-1.21x; three lines gained no more.
   void Step() {
-    if (q_.first == q_.spans) return;
-    const char*& p = q_.next[q_.first];
-    __builtin_prefetch(p, 0, 2);  // prefetcht1: to L2, not L1, where this block's rows live
-    p += 64;
-    if (p >= q_.end[q_.first] && ++q_.first == q_.spans) q_.first = q_.spans = 0;
+    for (int k = 0; k < 2; ++k) {
+      if (q_.first == q_.spans) return;
+      const char*& p = q_.next[q_.first];
+      __builtin_prefetch(p, 0, 2);  // prefetcht1: to L2, not L1, where this block's rows live
+      p += 64;
+      if (p >= q_.end[q_.first] && ++q_.first == q_.spans) q_.first = q_.spans = 0;
+    }
   }
 
  private:

@@ -175,8 +175,8 @@ void fused_mul_add_f32_rows(bool negate, const Rows& rows, float* dst, const flo
 void set_stream_stores(bool on);
 void stream_fence();
 
-// Memory a streamed launch's next block will read, prefetched by this block's kernels a line
-// per loop iteration (every Map*, row reduction and dot kernel drains it), so that the next
+// Memory a streamed launch's next block will read, prefetched by this block's kernels two
+// lines per loop iteration (every Map*, row reduction and dot kernel drains it), so that the next
 // block's first pass finds its rows in L2 instead of waiting on DRAM while this block's later
 // passes, which read their rows from L2, leave the memory bus idle. Per thread; spans in
 // bytes, drained first to last.
