@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 namespace dvm::enc {
 
@@ -208,44 +209,39 @@ void walk_holes_next(const std::vector<StrideSet>& sets, std::vector<int64_t>* c
   const FinalAxis& col = L->axes[L->col];
   if ((*chunk)[L->col] != col.extent) return;  // the next column tile fills the holes
   const int row_in = L->axes[L->row].inner, col_in = col.inner;
-  std::vector<int> grid, fills;
-  for (int a = 0; a < static_cast<int>(L->axes.size()); ++a) {
-    const FinalAxis& f = L->axes[a];
-    if (a == L->col || f.reduced || f.mm_role != 0 || f.grid_only) continue;
-    grid.push_back(a);
-  }
-  for (int a : grid) {
-    bool fills_hole = false;
+  const auto fills_hole = [&](int a) {
     for (const StrideSet& s : sets) {
       const int64_t rs = std::abs(s.strides[row_in]), st = std::abs(s.strides[L->axes[a].inner]);
-      if (std::abs(s.strides[col_in]) == 1 && rs > col.extent && st != 0 && st < rs)
-        fills_hole = true;
+      if (std::abs(s.strides[col_in]) == 1 && rs > col.extent && st != 0 && st < rs) return true;
     }
-    if (fills_hole) fills.push_back(a);
+    return false;
+  };
+  std::vector<int> grid;
+  for (int a = 0; a < static_cast<int>(L->axes.size()); ++a) {
+    const FinalAxis& f = L->axes[a];
+    if (a != L->col && !f.reduced && f.mm_role == 0 && !f.grid_only) grid.push_back(a);
   }
-  if (fills.empty() || fills.size() == grid.size()) return;
-  std::vector<int> order;  // the grid's axes, hole fillers last, each group in its old order
-  for (int a : grid)
-    if (std::find(fills.begin(), fills.end(), a) == fills.end()) order.push_back(a);
-  order.insert(order.end(), fills.begin(), fills.end());
-  // Place them in the positions the grid's axes held; every other axis stays where it was.
+  // The grid's axes, hole fillers last, each group in its old order, placed in the positions
+  // the grid's axes held; every other axis stays where it was.
+  std::vector<int> order = grid;
+  const auto fillers =
+      std::stable_partition(order.begin(), order.end(), [&](int a) { return !fills_hole(a); });
+  if (fillers == order.begin() || fillers == order.end()) return;
   std::vector<int> perm(L->axes.size());  // new position -> old axis
-  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
+  std::iota(perm.begin(), perm.end(), 0);
   for (size_t i = 0; i < grid.size(); ++i) perm[grid[i]] = order[i];
+  const Layout old = *L;
+  const std::vector<int64_t> old_chunk = *chunk;
   std::vector<int> pos_of(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) pos_of[perm[i]] = static_cast<int>(i);
-  std::vector<FinalAxis> axes(perm.size());
-  std::vector<int64_t> chunks(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) {
-    axes[i] = L->axes[perm[i]];
-    chunks[i] = (*chunk)[perm[i]];
+    pos_of[perm[i]] = static_cast<int>(i);
+    L->axes[i] = old.axes[perm[i]];
+    (*chunk)[i] = old_chunk[perm[i]];
   }
-  L->axes = std::move(axes);
-  *chunk = std::move(chunks);
   for (int& f : L->final_of)
     if (f >= 0) f = pos_of[f];
-  L->row = pos_of[L->row];
-  L->col = pos_of[L->col];
+  L->row = pos_of[old.row];
+  L->col = pos_of[old.col];
 }
 
 void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial,
