@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -1207,6 +1208,87 @@ TEST(TileKernels, FusedMulAddPair) {
               ASSERT_NEAR(m.dst[k * os + r * rs + c], want, 1e-5f)
                   << "n=" << n << " shared=" << shared << " x=" << x;
             }
+      }
+    }
+  }
+}
+
+// The elementwise kernels run a tile's blocks (Rows::outer) in one call: the same bits as
+// one call per block, whatever the layout: blocks that continue each other's rows (merged into
+// one block), blocks of one row, blocks apart (a permute's heads), a source broadcast per block
+// (row stride 0, outer stride 1); nothing written outside the blocks.
+TEST(TileKernels, OuterBlocksMatchBlockByBlock) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  struct Layout {
+    const char* name;
+    int64_t rows, rs, os;
+  };
+  // Row stride and outer stride of the destination and the full sources.
+  for (int64_t n : {1, 7, 16, 33, 64, 100}) {
+    const Layout layouts[] = {{"merged", 3, n, 3 * n},
+                              {"row of one", 1, 5 * n + 2, n + 3},
+                              {"apart", 3, n + 5, 3 * (n + 5) + 2},
+                              {"interleaved", 3, 5 * n, n}};
+    for (const Layout& l : layouts) {
+      const int64_t outer = 5;
+      const size_t size = static_cast<size_t>(outer * l.os + l.rows * l.rs + n + 16);
+      std::vector<float> a(size), b(size), c(size);
+      for (float& v : a) v = dist(rng);
+      for (float& v : b) v = dist(rng);
+      for (float& v : c) v = std::fabs(dist(rng)) + 0.5f;
+      for (bool bcast_b : {false, true}) {
+        // b broadcast per block: one value per block (inc 0, row stride 0, outer stride 1).
+        const int binc = bcast_b ? 0 : 1;
+        const int64_t brs = bcast_b ? 0 : l.rs, bos = bcast_b ? 1 : l.os;
+        Rows all{l.rows, l.rs, l.rs, brs, l.rs};
+        all.outer = outer;
+        all.od = all.oa = all.oc = l.os;
+        all.ob = bos;
+        const Rows one{l.rows, l.rs, l.rs, brs, l.rs};
+        using Call = std::function<void(const Rows&, float*, int64_t, int64_t)>;
+        // Each kernel: called on (rows, dst, offset of the block's dst/a/c, of b).
+        const std::vector<std::pair<std::string, Call>> kernels = {
+            {"unary exp",
+             [&](const Rows& r, float* d, int64_t o, int64_t) {
+               unary_f32_rows(UnaryOp::kExp, r, d + o, a.data() + o, 1, n);
+             }},
+            {"binary mul",
+             [&](const Rows& r, float* d, int64_t o, int64_t ob) {
+               binary_f32_rows(BinaryOp::kMul, r, d + o, a.data() + o, 1, b.data() + ob, binc, n);
+             }},
+            {"binary div",
+             [&](const Rows& r, float* d, int64_t o, int64_t ob) {
+               binary_f32_rows(BinaryOp::kDiv, r, d + o, a.data() + o, 1, b.data() + ob, binc, n);
+             }},
+            {"unary_pre silu",
+             [&](const Rows& r, float* d, int64_t o, int64_t ob) {
+               unary_pre_f32_rows(UnaryOp::kSilu, 2, r, d + o, a.data() + o, 1, b.data() + ob, binc,
+                                  n);
+             }},
+            {"fma",
+             [&](const Rows& r, float* d, int64_t o, int64_t ob) {
+               fma_f32_rows(r, d + o, a.data() + o, 1, b.data() + ob, binc, c.data() + o, 1, n);
+             }},
+            {"fused mul",
+             [&](const Rows& r, float* d, int64_t o, int64_t ob) {
+               fused_mul_f32_rows(kFusedMul, UnaryOp::kNeg, 0, r, d + o, a.data() + o, 1,
+                                  b.data() + ob, binc, c.data() + o, 1, n);
+             }},
+            {"fused gelu",
+             [&](const Rows& r, float* d, int64_t o, int64_t ob) {
+               fused_mul_f32_rows(kFusedUnary, UnaryOp::kGeluTanh, 0, r, d + o, a.data() + o, 1,
+                                  b.data() + ob, binc, c.data() + o, 1, n);
+             }},
+        };
+        for (const auto& [name, call] : kernels) {
+          std::vector<float> got(size, -7.0f), want(size, -7.0f);
+          call(all, got.data(), 0, 0);
+          for (int64_t k = 0; k < outer; ++k) call(one, want.data(), k * l.os, k * bos);
+          for (size_t i = 0; i < size; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                << name << " " << l.name << " n=" << n << " bcast_b=" << bcast_b << " at " << i;
+        }
       }
     }
   }

@@ -213,6 +213,22 @@ HWY_INLINE void FlattenRows(const Rows& rs, const int64_t (&strides)[K], int (&i
   *n *= rs.rows;
 }
 
+// The blocks of a tile (Rows::outer) as few blocks as may be: a block of one row is a row of
+// the outer loop, and blocks that continue each other's rows in every operand (outer stride =
+// rows x row stride, `sources` sources) are one block of outer x rows rows. A loop of chains
+// over short rows (a permute's heads, decode's single rows) then runs one block, not one
+// kernel call per trip (permute_heads at 4K elements: 12 calls of 5 rows). Elementwise maps
+// only: every element is computed alone, so any grouping gives the same bits.
+HWY_INLINE Rows MergeOuter(Rows rs, int sources) {
+  if (rs.outer <= 1) return rs;
+  if (rs.rows == 1) return Rows{rs.outer, rs.od, rs.oa, rs.ob, rs.oc};
+  const int64_t row[4] = {rs.d, rs.a, rs.b, rs.c};
+  const int64_t outer[4] = {rs.od, rs.oa, rs.ob, rs.oc};
+  for (int k = 0; k <= sources; ++k)
+    if (outer[k] != rs.rows * row[k]) return rs;
+  return Rows{rs.rows * rs.outer, rs.d, rs.a, rs.b, rs.c};
+}
+
 template <bool kA, bool kAhead, class DO, class DA, class F>
 HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
                          const hn::TFromD<DA>* a, int64_t n, F f) {
@@ -251,9 +267,8 @@ HWY_INLINE void Map1Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
 
 // Map1 over a block of rows; one run of rows * n elements when the rows are back to back.
 template <bool kAhead, class DO, class DA, class F>
-HWY_INLINE void Map1RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
-                             const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
-  if (n <= 0 || rs.rows <= 0) return;
+HWY_INLINE void Map1Block(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                          const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
   int inc[1] = {ainc};
   Rows g;
   FlattenRows(rs, {rs.a}, inc, &g, &n);
@@ -262,6 +277,15 @@ HWY_INLINE void Map1RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst
   } else {
     Map1Grid<false, false>(dout, da, g, dst, a, n, f);
   }
+}
+// Map1 over the blocks of a tile (Rows::outer).
+template <bool kAhead, class DO, class DA, class F>
+HWY_INLINE void Map1RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                             const hn::TFromD<DA>* a, int ainc, int64_t n, F f) {
+  if (n <= 0 || rs.rows <= 0) return;
+  const Rows m = MergeOuter(rs, 1);
+  for (int64_t k = 0; k < m.outer; ++k)
+    Map1Block<kAhead>(dout, da, m, dst + k * m.od, a + k * m.oa, ainc, n, f);
 }
 // The prefetching variants, kept out of line: inlined, their code made the compiler stop
 // inlining the plain drivers into their kernels (a call per kernel call: 4K launches 16% more
@@ -326,11 +350,10 @@ HWY_INLINE void Map2Grid(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
 // Map2 over a block of rows (see cpu::Rows): one run when the rows are back to back. The
 // kernels' single call site of the drivers (each op's math is inlined once per variant).
 template <bool kAhead, class DO, class DA, class F>
-HWY_INLINE void Map2RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
-                             const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
-                             int64_t n, F f) {
+HWY_INLINE void Map2Block(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                          const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
+                          int64_t n, F f) {
   using TO = hn::TFromD<DO>;
-  if (n <= 0 || rs.rows <= 0) return;
   int inc[2] = {ainc, binc};
   Rows g;
   FlattenRows(rs, {rs.a, rs.b}, inc, &g, &n);
@@ -348,6 +371,16 @@ HWY_INLINE void Map2RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst
       FillRow(dst + r * g.d, out[0], n);
     }
   }
+}
+// Map2 over the blocks of a tile (Rows::outer).
+template <bool kAhead, class DO, class DA, class F>
+HWY_INLINE void Map2RowsImpl(DO dout, DA da, const Rows& rs, hn::TFromD<DO>* dst,
+                             const hn::TFromD<DA>* a, int ainc, const hn::TFromD<DA>* b, int binc,
+                             int64_t n, F f) {
+  if (n <= 0 || rs.rows <= 0) return;
+  const Rows m = MergeOuter(rs, 2);
+  for (int64_t k = 0; k < m.outer; ++k)
+    Map2Block<kAhead>(dout, da, m, dst + k * m.od, a + k * m.oa, ainc, b + k * m.ob, binc, n, f);
 }
 
 template <class DO, class DA, class F>
@@ -418,11 +451,10 @@ HWY_INLINE void Map3Grid(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFro
 // block of rows: a contiguous source a gets a loop specialised for b and c contiguous or
 // broadcast (Map3Grid); a broadcast a (rare) picks its sources per vector.
 template <bool kAhead, class D, class F>
-HWY_INLINE void Map3RowsImpl(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
-                             int ainc, const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c,
-                             int cinc, int64_t n, F f) {
+HWY_INLINE void Map3Block(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a, int ainc,
+                          const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c, int cinc,
+                          int64_t n, F f) {
   using T = hn::TFromD<D>;
-  if (n <= 0 || rs.rows <= 0) return;
   int inc[3] = {ainc, binc, cinc};
   Rows g;
   FlattenRows(rs, {rs.a, rs.b, rs.c}, inc, &g, &n);
@@ -444,6 +476,17 @@ HWY_INLINE void Map3RowsImpl(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::
       StoreTail(f(ba, vb, vc), d, dr + i, m);
     }
   }
+}
+// Map3 over the blocks of a tile (Rows::outer).
+template <bool kAhead, class D, class F>
+HWY_INLINE void Map3RowsImpl(D d, const Rows& rs, hn::TFromD<D>* dst, const hn::TFromD<D>* a,
+                             int ainc, const hn::TFromD<D>* b, int binc, const hn::TFromD<D>* c,
+                             int cinc, int64_t n, F f) {
+  if (n <= 0 || rs.rows <= 0) return;
+  const Rows m = MergeOuter(rs, 3);
+  for (int64_t k = 0; k < m.outer; ++k)
+    Map3Block<kAhead>(d, m, dst + k * m.od, a + k * m.oa, ainc, b + k * m.ob, binc, c + k * m.oc,
+                      cinc, n, f);
 }
 
 template <class D, class F>

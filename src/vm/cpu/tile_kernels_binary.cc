@@ -300,12 +300,12 @@ void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, i
 
 void FmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
             int cinc, int64_t n) {
+#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+  // No fused multiply-add instruction: keep the single rounding of the spec.
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t oc) {
         FmaF32(one, dst + od, a + oa, ainc, b + ob, binc, c + oc, cinc, n);
       }))
     return;
-#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
-  // No fused multiply-add instruction: keep the single rounding of the spec.
   for (int64_t r = 0; r < rs.rows; ++r) {
     float* dr = dst + r * rs.d;
     const float *ar = a + r * rs.a, *br = b + r * rs.b, *cr = c + r * rs.c;

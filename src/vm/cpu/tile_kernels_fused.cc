@@ -22,11 +22,7 @@ namespace HWY_NAMESPACE {
 // rs.c of c.
 void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc,
                  const float* b, int binc, const float* c, int cinc, int64_t n) {
-  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t oc) {
-        FusedMulF32(kind, op, pre, one, dst + od, a + oa, ainc, b + ob, binc, c + oc, cinc, n);
-      }))
-    return;
-  const DF d;
+  const DF d;  // the maps run the tile's blocks (Rows::outer)
   if (kind == kFusedMul) {
     return Map3Rows(d, rs, dst, a, ainc, b, binc, c, cinc, n,
                     [](VF x, VF y, VF z) { return hn::Mul(hn::Mul(x, y), z); });
@@ -34,6 +30,10 @@ void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float
   const auto run = [&](auto f) {
     if (kind == kFusedUnary) {
       Rows ac{rs.rows, rs.d, rs.a, rs.c};
+      ac.outer = rs.outer;
+      ac.od = rs.od;
+      ac.oa = rs.oa;
+      ac.ob = rs.oc;
       Map2Rows(d, d, ac, dst, a, ainc, c, cinc, n,
                [&](VF x, VF z) DVM_INL { return hn::Mul(f(x), z); });
     } else if (pre == 1) {

@@ -17,11 +17,9 @@ namespace HWY_NAMESPACE {
 
 // Floor/Ceil/Round/Trunc keep the sign of x (-0 stays -0 also where an emulated target
 // loses it).
+// The vector maps run a tile's blocks (Rows::outer) themselves; the scalar fallbacks split
+// them here.
 void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n) {
-  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t, int64_t) {
-        UnaryF32(op, one, dst + od, a + oa, ainc, n);
-      }))
-    return;
   const DF d;
   const auto run = [&](auto f) { Map1Rows(d, d, rs, dst, a, ainc, n, f); };
   switch (op) {
@@ -74,6 +72,10 @@ void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t
     case UnaryOp::kIsFinite:
     case UnaryOp::kIsNan:
     case UnaryOp::kLogicalNot:
+      if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t, int64_t) {
+            UnaryF32(op, one, dst + od, a + oa, ainc, n);
+          }))
+        return;
       for (int64_t r = 0; r < rs.rows; ++r)
         for (int64_t i = 0; i < n; ++i)
           dst[r * rs.d + i] = ops::unary_f32(op, a[r * rs.a + (ainc ? i : 0)]);
@@ -101,10 +103,6 @@ void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n)
 
 void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
                int64_t n) {
-  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
-        BinaryF32(op, one, dst + od, a + oa, ainc, b + ob, binc, n);
-      }))
-    return;
   const DF d;
   const auto run = [&](auto f) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, f); };
   if (WithAddSubMul(op, run)) return;
@@ -117,10 +115,14 @@ void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const
       return run([](VF x, VF y) { return NanMin(x, y); });
     case BinaryOp::kPow:
       // pow(x, 2) rounds x*x exactly like the double spec; other exponents stay exact.
-      if (binc == 0 && rs.b == 0 && b[0] == 2.0f)
+      if (binc == 0 && rs.b == 0 && (rs.outer == 1 || rs.ob == 0) && b[0] == 2.0f)
         return run([](VF x, VF) { return hn::Mul(x, x); });
       [[fallthrough]];
     default:
+      if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
+            BinaryF32(op, one, dst + od, a + oa, ainc, b + ob, binc, n);
+          }))
+        return;
       for (int64_t r = 0; r < rs.rows; ++r)
         for (int64_t i = 0; i < n; ++i)
           dst[r * rs.d + i] =
@@ -132,10 +134,6 @@ void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const
 // register instead of making its own pass over the tile; the same bits as the two ops apart.
 void UnaryPreF32(UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc, const float* b,
                  int binc, int64_t n) {
-  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
-        UnaryPreF32(op, pre, one, dst + od, a + oa, ainc, b + ob, binc, n);
-      }))
-    return;
   const DF d;
   const auto map = [&](auto g) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, g); };
   const auto run = [&](auto f) {
@@ -146,6 +144,10 @@ void UnaryPreF32(UnaryOp op, int pre, Rows rs, float* dst, const float* a, int a
     }
   };
   if (WithActivation(d, op, run)) return;
+  if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
+        UnaryPreF32(op, pre, one, dst + od, a + oa, ainc, b + ob, binc, n);
+      }))
+    return;
   BinaryF32(pre == 1 ? BinaryOp::kAdd : BinaryOp::kSub, rs, dst, a, ainc, b, binc, n);
   UnaryF32(op, Rows{rs.rows, rs.d, rs.d, 0, 0}, dst, dst, 1, n);
 }
