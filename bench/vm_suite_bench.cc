@@ -408,6 +408,35 @@ Instance permute_heads(int64_t n) {
   return finish(std::move(w));
 }
 
+// [B, H, S, D] -> [B, S, H, D] plus a residual (attention's head merge, before the output
+// projection): the permute of permute_heads the other way, reading rows of one head.
+Instance merge_heads(int64_t n) {
+  const int64_t h = 12, d = 64, s = std::max<int64_t>(1, n / (h * d));
+  Instance w;
+  w.in = {make(DType::kF32, {1, h, s, d}, 17, -1, 1), make(DType::kF32, {1, s, h, d}, 18, -1, 1)};
+  w.out = {make(DType::kF32, {1, s, h, d}, 0, 0, 0)};
+  w.items = s;
+  w.build = [h, d] {
+    KernelBuilder kb("merge_heads");
+    dvm::Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {1, h, S, d});
+    Value res = kb.load("res", DType::kF32, {1, S, h, d});
+    kb.store("y", kb.add(kb.permute(x, {0, 2, 1, 3}), res));
+    return kb.build();
+  };
+  w.fused = [s, h, d](Instance& m, int64_t s0, int64_t s1) {
+    const float *x = m.in[0].f(), *res = m.in[1].f();
+    float* y = m.out[0].f();
+    for (int64_t ss = s0; ss < s1; ++ss)
+      for (int64_t hh = 0; hh < h; ++hh)
+        for (int64_t k = 0; k < d; ++k) {
+          const int64_t o = (ss * h + hh) * d + k;
+          y[o] = x[(hh * s + ss) * d + k] + res[o];
+        }
+  };
+  return finish(std::move(w));
+}
+
 // Rotary embedding on [S, H, 64]: y = x * cos[s] + rotate_half(x) * sin[s], rotate_half(x) =
 // concat(-x[..., 32:], x[..., :32]); cos/sin [S, 1, 64] broadcast over the heads.
 Instance rotary(int64_t n) {
@@ -491,6 +520,7 @@ const std::vector<Workload>& workloads() {
       {"mid_sum", mid_sum},
       {"transpose_add", transpose_add},
       {"permute_heads", permute_heads},
+      {"merge_heads", merge_heads},
       {"rotary", rotary},
       {"f16_gelu", [](int64_t n) { return half_io(n, DType::kF16, DType::kF16); }},
       {"bf16_affine", [](int64_t n) { return half_io(n, DType::kBF16, DType::kF32); }},

@@ -666,6 +666,18 @@ void Emitter::grow_streaming_tile() {
   }
 }
 
+// Row blocks of equal size, their number unchanged: a last block of a few rows left the
+// threads uneven work (permute_heads over 1365 rows in blocks of 256: one thread's 3 blocks
+// held 768 rows, the other's 597). Smaller chunks only: the registers still fit the cache.
+// Grid row tiles only, not reduced, no matmul: a row tile's size then changes no sum.
+void Emitter::balance_row_blocks() {
+  if (st_.has_matmul || L_.row < 0 || L_.axes[L_.row].reduced) return;
+  bc::Axis& row = L_.bc_axes[L_.row];
+  if (row.iter != bc::AxisIter::kGrid || row.chunk <= 0) return;
+  const int64_t blocks = row.trips();
+  if (blocks > 1) row.chunk = (row.extent + blocks - 1) / blocks;
+}
+
 // Does any instruction use a register of a whole tile or a tile column (kFull, kRow)? Without
 // one, the tile's size costs no cache: its memory operands stream through once. A chain's
 // local values (defined by a member that is not kept, read only by later members) do not
@@ -933,6 +945,7 @@ Status Emitter::emit() {
   if (!st_.has_matmul) fit_tile_to_cache();
   grow_streaming_tile();
   grow_reduced_rows();
+  balance_row_blocks();
   prog_.axes = L_.bc_axes;
   const bc::Axis& col = prog_.axes[L_.col];
   int64_t row_chunk = L_.row >= 0 ? prog_.axes[L_.row].chunk : 1;

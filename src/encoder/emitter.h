@@ -67,6 +67,7 @@ class Emitter {
   void fit_tile_to_cache();
   void grow_streaming_tile();
   void grow_reduced_rows();
+  void balance_row_blocks();
   bool tile_registers() const;
   void loop_outer_axis();
   Status allocate_registers();
