@@ -1346,6 +1346,49 @@ TEST(VmLayout, PermutedRowsWalkTheirHolesNext) {
   check(dense, {dbufs[0], dbufs[1]}, {.what = "dense heads"});
 }
 
+// A head merge ([H, S, D] read as [S, H, D]) tiles S rows of one head: the source's rows are
+// then one run, not 12 rows from 12 places (layout.cc, gathered_row_swap). An operand shared
+// by the heads (broadcast along H, as rotary's cos) keeps the head rows.
+TEST(VmLayout, GatheredHeadRowsTileTheLongAxis) {
+  const auto row_extent = [](const bc::Program& p) {
+    for (const bc::Axis& ax : p.axes)
+      if (ax.tile == bc::AxisTile::kRow) return ax.extent;
+    return int64_t{-1};
+  };
+  std::mt19937 rng(62);
+  KernelBuilder kb("merge");
+  dvm::Dim S = kb.symbol("S");
+  Value x = kb.load("x", DType::kF32, {12, S, 64});
+  Value res = kb.load("res", DType::kF32, {S, 12, 64});
+  kb.store("y", kb.add(kb.permute(x, {1, 0, 2}), res));
+  BUILD(kb, k);
+  for (int64_t s : {1, 7, 300}) {
+    std::vector<Buffer> bufs = {make_buffer(DType::kF32, {12, s, 64}, rng),
+                                make_buffer(DType::kF32, {s, 12, 64}, rng),
+                                make_buffer(DType::kF32, {s, 12, 64}, rng)};
+    const TensorArg in[] = {bufs[0].arg, bufs[1].arg}, out[] = {bufs[2].arg};
+    const bc::Program p = encode_for(k, in, out).programs.at(0);
+    if (s == 300) {
+      EXPECT_EQ(row_extent(p), 300) << bc::disassemble(p);
+    }
+    check(k, {bufs[0], bufs[1]}, {.what = "merged heads"});
+  }
+
+  KernelBuilder sb("shared");
+  dvm::Dim T = sb.symbol("S");
+  Value z = sb.load("z", DType::kF32, {12, T, 64});
+  Value c = sb.load("c", DType::kF32, {T, 1, 64});
+  sb.store("y", sb.mul(sb.permute(z, {1, 0, 2}), c));
+  BUILD(sb, shared);
+  std::vector<Buffer> sbufs = {make_buffer(DType::kF32, {12, 300, 64}, rng),
+                               make_buffer(DType::kF32, {300, 1, 64}, rng),
+                               make_buffer(DType::kF32, {300, 12, 64}, rng)};
+  const TensorArg sin[] = {sbufs[0].arg, sbufs[1].arg}, sout[] = {sbufs[2].arg};
+  const bc::Program q = encode_for(shared, sin, sout).programs.at(0);
+  EXPECT_EQ(row_extent(q), 12) << bc::disassemble(q);
+  check(shared, {sbufs[0], sbufs[1]}, {.what = "heads sharing an operand"});
+}
+
 // Rotary embedding at model head sizes, contiguous: cos and sin are the same for every head,
 // so rows of whole vectors keep them in registers across the heads (MulAddRowsShared, one to
 // four vectors a row); other sizes take the per-vector path.
