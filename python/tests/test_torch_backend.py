@@ -368,6 +368,81 @@ def test_inference_graphs_skip_aot_autograd():
     assert tb.stats()["direct_graphs"] == 2
 
 
+def test_collector_paused_while_compiling_and_restored(monkeypatch):
+    """The cyclic collector is off while the backend compiles a graph and back on after it,
+    also when the compile raises; a caller that had it off keeps it off."""
+    import gc
+
+    from dvm.torch_backend import backend
+
+    seen = []
+    real = backend.partition_and_compile
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(backend, "partition_and_compile", spy)
+    assert gc.isenabled()
+    cf = torch.compile(lambda x: torch.tanh(x) + 1, backend="dvm", dynamic=True)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(cf(x), torch.tanh(x) + 1)
+    assert seen == [False] and gc.isenabled()
+
+    def boom(*a, **k):
+        raise RuntimeError("compile failed")
+
+    monkeypatch.setattr(backend, "_compile", boom)
+    with pytest.raises(RuntimeError, match="compile failed"):
+        backend.dvm_backend(torch.fx.symbolic_trace(lambda x: x + 1), [torch.randn(2)])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(RuntimeError):
+            backend.dvm_backend(torch.fx.symbolic_trace(lambda x: x + 1), [torch.randn(2)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_decomposition_table_keeps_dvm_composites():
+    """The table decomposes what core ATen decomposes below autograd (addcmul, gelu_backward)
+    except DVM's own composites, and holds only aten ops (no sweep of other namespaces);
+    CompositeImplicitAutograd ops (linear, layer_norm) trace to the same ATen ops as with
+    torch's export table."""
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dvm.torch_backend import backend
+
+    table = backend.decompositions()
+    aten = torch.ops.aten
+    assert aten.addcmul.default in table
+    for op in (aten.silu.default, aten._fused_rms_norm.default):
+        assert op not in table
+    assert all(op.namespace == "aten" for op in table)
+
+    def f(x, w, b):
+        y = torch.nn.functional.linear(x, w, b)
+        y = torch.nn.functional.layer_norm(y, (6,))
+        return torch.addcmul(y, y, x[:, :6]).softmax(-1)
+
+    args = (torch.randn(3, 8), torch.randn(6, 8), torch.randn(6))
+    ours = make_fx(f, decomposition_table=table)(*args)
+    export_table = dict(core_aten_decompositions())
+    for name in backend._KEEP:
+        packet, overload = name.split(".")
+        export_table.pop(getattr(getattr(aten, packet), overload), None)
+    theirs = make_fx(f, decomposition_table=export_table)(*args)
+
+    def targets(g):
+        return [str(n.target) for n in g.graph.nodes if n.op == "call_function"]
+
+    assert targets(ours) == targets(theirs)
+    assert "aten.addcmul.default" not in targets(ours)
+    torch.testing.assert_close(ours(*args), f(*args))
+
+
 def test_inplace_ops_on_intermediates_are_functionalized(monkeypatch):
     """An in-place op on a value the graph made (T5's `scores += position_bias`) keeps the
     direct path: the trace is functionalized, in one trace (the in-place op is seen in
