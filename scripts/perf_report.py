@@ -840,9 +840,12 @@ def section_host(path, d):
             f"{k} {fmt(v)} us" for k, v in ec.get("us", {}).items()) + "." + when]
     fc = res.get("first_call")
     if fc:
+        reps = d.get("settings", {}).get("first_call_reps", 1)
+        how = (f"the median of {reps} fresh processes per model and backend (the backends "
+               f"taking turns)" if reps > 1 else "one fresh process per model and backend")
         out += ["", "First call of HuggingFace models (2 layers, random weights, batch 2 x 37 "
-                "tokens, no_grad), one fresh process per model and backend, seconds. Backend "
-                "`eager` is Dynamo's trace alone.", ""]
+                f"tokens, no_grad), {how}, seconds. Backend `eager` is Dynamo's trace alone.",
+                ""]
         rows = []
         for name, r in fc.items():
             rows.append([name, fmt(r.get("eager")), fmt(r.get("dvm")), fmt(r.get("inductor")),

@@ -12,9 +12,10 @@
   `exe(...)` (torch tensors go through `dvm._dvm_torch`), the `Executable.call` binding, and
   `dvm._dvm_torch.call` directly (what the torch backend uses).
 - first_call: HuggingFace GPT-2, BERT, T5 encoder and Llama (2 layers each, random weights from
-  their configs, batch 2 x 37 tokens, no_grad), one fresh process per model and backend: the
-  first call (Dynamo's trace + the backend's compile + the run) with backend "eager" (Dynamo's
-  trace alone), "dvm" and "inductor", each child with an empty Inductor cache folder (cold).
+  their configs, batch 2 x 37 tokens, no_grad), a fresh process per model, backend and
+  repetition: the first call (Dynamo's trace + the backend's compile + the run) with backend
+  "eager" (Dynamo's trace alone), "dvm" and "inductor", each child with an empty Inductor cache
+  folder (cold); the median over --first-call-reps repetitions, backends taking turns.
 
 Writes bench_results/host_bench.json (machine, date, commit, threads, results) and prints it;
 scripts/perf_report.py turns it into docs/performance.md's section.
@@ -173,30 +174,34 @@ def first_call_child(model, backend):
     print(json.dumps({"first_s": first}))
 
 
-def first_call(inductor):
+def first_call(inductor, reps):
+    """Median over `reps` fresh processes per model and backend, the backends taking turns
+    within each repetition (a shared machine's speed drifts by tens of percent over minutes)."""
     backends = ["eager", "dvm"] + (["inductor"] if inductor else [])
     out = {}
     for model in MODELS:
-        row = {}
-        for be in backends:
-            # a cold start: Inductor (and Triton-less C++ codegen) caches compiled graphs on
-            # disk; every child gets an empty cache folder
-            with tempfile.TemporaryDirectory() as cache:
-                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-                r = subprocess.run([sys.executable, __file__, "--child", model, be],
-                                   capture_output=True, text=True, env=env)
-            try:
-                row[be] = json.loads(r.stdout.strip().splitlines()[-1])["first_s"]
-            except (IndexError, ValueError, KeyError):
-                row[be] = None
-                print(f"first_call {model} {be} failed:\n{r.stderr[-2000:]}", flush=True)
+        samples = {be: [] for be in backends}
+        for _ in range(reps):
+            for be in backends:
+                # a cold start: Inductor (and Triton-less C++ codegen) caches compiled graphs
+                # on disk; every child gets an empty cache folder
+                with tempfile.TemporaryDirectory() as cache:
+                    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+                    r = subprocess.run([sys.executable, __file__, "--child", model, be],
+                                       capture_output=True, text=True, env=env)
+                try:
+                    samples[be].append(json.loads(r.stdout.strip().splitlines()[-1])["first_s"])
+                except (IndexError, ValueError, KeyError):
+                    print(f"first_call {model} {be} failed:\n{r.stderr[-2000:]}", flush=True)
+        row = {be: statistics.median(v) if v else None for be, v in samples.items()}
+        row["samples"] = samples
         if row.get("dvm") and row.get("eager"):
             row["dvm_over_dynamo_trace"] = row["dvm"] / row["eager"]
         if row.get("dvm") and row.get("inductor"):
             row["inductor_over_dvm"] = row["inductor"] / row["dvm"]
         out[model] = row
         print(f"first_call {model}: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in row.items() if v is not None), flush=True)
+            f"{k} {v:.2f}" for k, v in row.items() if isinstance(v, float)), flush=True)
     return out
 
 
@@ -222,6 +227,8 @@ def main():
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--only", nargs="*", choices=("per_call", "exe_call", "first_call"))
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--first-call-reps", type=int, default=3,
+                    help="fresh processes per model and backend for the first call (median)")
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch (and so DVM) threads for the in-process parts (default 1)")
@@ -240,11 +247,12 @@ def main():
     if "exe_call" in parts:
         res["exe_call"] = exe_call(a.rounds, a.calls * 4)
     if "first_call" in parts:
-        res["first_call"] = first_call(not a.no_inductor)
+        res["first_call"] = first_call(not a.no_inductor, a.first_call_reps)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or None
     doc = {"machine": machine(a.threads), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "commit": commit, "settings": {"rounds": a.rounds, "calls": a.calls,
+                                          "first_call_reps": a.first_call_reps,
                                           "inductor": not a.no_inductor}, "results": res}
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
