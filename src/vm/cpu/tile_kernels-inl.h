@@ -762,8 +762,8 @@ HWY_INLINE VF GeluErfF(DF d, VF x) {
 }
 
 // gelu_tanh(x) = x/2 * (1 + tanh(y)) = x * sigmoid(2y), y = sqrt(2/pi) * (x + 0.044715 x^3).
-// Below 2y = -86 (x < -9.4) sigmoid(2y) is taken as +0, so x < 0 gives -0, as the spec for
-// x -> -inf: computing it would make subnormals there (x in [-10.6, -9.4]), each a microcode
+// Below 2y = -86 (x < -9.93) sigmoid(2y) is taken as +0, so x < 0 gives -0, as the spec for
+// x -> -inf: computing it would make subnormals there (x in [-10.7, -10.0]), each a microcode
 // assist (see GeluErfF). The result dropped is below 5e-37 in magnitude.
 HWY_INLINE VF GeluTanhF(DF d, VF x) {
   const VF x3 = hn::Mul(hn::Mul(x, x), x);
