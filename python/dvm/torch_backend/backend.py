@@ -80,7 +80,12 @@ def decompositions():
     """
     from torch._decomp import _core_aten_decompositions_post_autograd
 
-    table = dict(_core_aten_decompositions_post_autograd())
+    return without_kept(_core_aten_decompositions_post_autograd())
+
+
+def without_kept(table) -> dict:
+    """A copy of a decomposition table without the ops of _KEEP."""
+    table = dict(table)
     for name in _KEEP:
         packet, overload = name.split(".")
         op = getattr(getattr(aten, packet, None), overload, None)

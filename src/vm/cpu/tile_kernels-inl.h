@@ -729,7 +729,7 @@ HWY_INLINE VF ErfF(DF d, VF x) {
 // included), as the spec; -inf gives NaN (-inf * 0), as the spec. Computing it there would
 // make subnormals (e^(-x^2/2) < 2^-126 past |x| = 13.2, the result past ~13.4), and every
 // instruction that makes or reads one takes a microcode assist (~150 cycles) on cores without
-// flush-to-zero: gelu(x @ W + b) with pre-activations of spread ~9 ran 6x slower per element.
+// flush-to-zero: gelu was 27% of gelu(x @ W + b), 6.5 ns per element, at pre-activations ~9 wide.
 // The result dropped is below 3e-37 in magnitude (the asserted floor is absolute below 2^-24).
 // |x| is clamped at 14.5 for the rest (t stays in range).
 HWY_INLINE VF GeluErfF(DF d, VF x) {
