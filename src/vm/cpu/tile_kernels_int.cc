@@ -54,7 +54,7 @@ HWY_INLINE void binary_int_row(BinaryOp op, T* dst, const T* a, int ainc, const 
       return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return x > y ? x : y; });
     case BinaryOp::kMinimum:
       return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return x < y ? x : y; });
-    default:
+    default:  // division, power, floor division, remainder: scalar either way
       return loop2(dst, a, ainc, b, binc, n, [op](T x, T y) { return binary_int<T>(op, x, y); });
   }
 }
@@ -69,7 +69,17 @@ HWY_INLINE void compare_int_row(BinaryOp op, int32_t* dst, const T* a, int ainc,
       return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x < y}; });
     case BinaryOp::kGt:
       return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x > y}; });
-    default:
+    case BinaryOp::kNe:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x != y}; });
+    case BinaryOp::kLe:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x <= y}; });
+    case BinaryOp::kGe:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{x >= y}; });
+    case BinaryOp::kLogicalAnd:  // bool tensors' & and | (HF's attention masks)
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{(x != 0) & (y != 0)}; });
+    case BinaryOp::kLogicalOr:
+      return loop2(dst, a, ainc, b, binc, n, [](T x, T y) { return int32_t{(x != 0) | (y != 0)}; });
+    default:  // the switch inside the loop keeps it scalar: every compare has its case above
       return loop2(dst, a, ainc, b, binc, n, [op](T x, T y) { return compare<T>(op, x, y); });
   }
 }
