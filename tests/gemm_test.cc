@@ -262,11 +262,34 @@ TEST(Gemm, Layouts) {
 TEST(Gemm, TransposedBReadInPlace) {
   for_each_target([&] {
     std::mt19937 rng(9);
-    for (int64_t m : {5, 32, 33, 100})
+    // 160, 175: five or more x panels, W's rows packed (175: a last panel of 15 rows)
+    for (int64_t m : {5, 32, 33, 100, 160, 175})
       for (int64_t n : {1, 13, 14, 15, 29, 100})
         for (int64_t k : {1, 17, 256, 1024, 1100})  // 1024: W rows 4 KiB apart, copied
           for (Layout la : {Layout::kRowMajor, Layout::kTransposed})
             run_f32(m, n, k, la, Layout::kTransposed, (m + n + k) % 2 == 1, rng, true);
+  });
+}
+
+// W's rows read in place, copied (4 KiB apart) or packed (five or more x panels): each
+// output sums the same products in the same order, so a product of 200 rows gives the bits
+// of the same rows computed 32 at a time (one panel: never packed).
+TEST(Gemm, TransposedBPathsAgreeBitwise) {
+  for_each_target([&] {
+    std::mt19937 rng(12);
+    for (int64_t k : {300, 1024, 1100}) {
+      const int64_t m = 200, n = 45;
+      const Operand a = make_operand(m, k, Layout::kRowMajor, rng);
+      const Operand b = make_operand(k, n, Layout::kTransposed, rng);
+      std::vector<float> whole(static_cast<size_t>(m * n)), parts(whole.size());
+      gemm_f32_bt_in_place(m, n, k, a.data.data(), a.rs, a.cs, b.data.data(), b.cs, whole.data(), n,
+                           false);
+      for (int64_t i0 = 0; i0 < m; i0 += 32) {
+        gemm_f32_bt_in_place(std::min<int64_t>(32, m - i0), n, k, a.data.data() + i0 * a.rs, a.rs,
+                             a.cs, b.data.data(), b.cs, parts.data() + i0 * n, n, false);
+      }
+      EXPECT_EQ(whole, parts) << "k=" << k;
+    }
   });
 }
 

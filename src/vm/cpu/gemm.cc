@@ -281,6 +281,26 @@ HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t 
 constexpr size_t kWtRows = 2 * kN;  // rows of C per micro-tile (x panel width)
 constexpr size_t kWtCols = 14;      // columns of C per micro-tile (rows of W)
 
+// c[0..rows) x [0..kCols) (+)= the micro-tile acc[h][j] (rows h * 16.. of C along the
+// vector, column j of C per register): each 16-row half transposed back to rows of C
+// (columns past kCols are zero, not stored).
+template <size_t kCols, size_t kVecs>
+HWY_INLINE void StoreWtTile(const VF (&acc)[kVecs][kCols], float* HWY_RESTRICT c, ptrdiff_t ldc,
+                            bool add, size_t rows) {
+  const __mmask16 cols_mask = static_cast<__mmask16>((1u << kCols) - 1);
+  for (size_t h = 0; h < kVecs && h * kN < rows; ++h) {
+    __m512 v[16];
+    for (size_t j = 0; j < 16; ++j) v[j] = j < kCols ? acc[h][j].raw : _mm512_setzero_ps();
+    Transpose16x16(v);
+    const size_t n = std::min(kN, rows - h * kN);
+    for (size_t r = 0; r < n; ++r) {
+      float* cp = c + static_cast<ptrdiff_t>(h * kN + r) * ldc;
+      const __m512 out = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(cols_mask, cp), v[r]) : v[r];
+      _mm512_mask_storeu_ps(cp, cols_mask, out);
+    }
+  }
+}
+
 // c[0..rows) x [0..kCols) (+)= x panel (kc x 32, k-major; rows <= 16 * kVecs of it used) times
 // rows j < kCols of W (row j at w + j * w_rs, read at [0, kc)). pf: the next pf_rows (<= 16)
 // rows of W, at the same stride, to prefetch into L2 (one line per step, row p mod 16, so
@@ -313,19 +333,7 @@ HWY_NOINLINE void KernelWt(size_t kc, const float* HWY_RESTRICT xp, const float*
 #pragma GCC unroll 5
     for (size_t q = 0; q < 5; ++q) ++g[q];
   }
-  // Transpose each 16-row half back to rows of C (columns past kCols are zero, not stored).
-  const __mmask16 cols_mask = static_cast<__mmask16>((1u << kCols) - 1);
-  for (size_t h = 0; h < kVecs && h * kN < rows; ++h) {
-    __m512 v[16];
-    for (size_t j = 0; j < 16; ++j) v[j] = j < kCols ? acc[h][j].raw : _mm512_setzero_ps();
-    Transpose16x16(v);
-    const size_t n = std::min(kN, rows - h * kN);
-    for (size_t r = 0; r < n; ++r) {
-      float* cp = c + static_cast<ptrdiff_t>(h * kN + r) * ldc;
-      const __m512 out = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(cols_mask, cp), v[r]) : v[r];
-      _mm512_mask_storeu_ps(cp, cols_mask, out);
-    }
-  }
+  StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
 }
 
 using KernelWtFn = void (*)(size_t, const float*, const float*, ptrdiff_t, float*, ptrdiff_t, bool,
@@ -338,6 +346,69 @@ constexpr std::array<KernelWtFn, sizeof...(I)> MakeKernelsWt(std::index_sequence
 const std::array<KernelWtFn, kWtCols> kKernelsWt[2] = {
     MakeKernelsWt<1>(std::make_index_sequence<kWtCols>()),
     MakeKernelsWt<2>(std::make_index_sequence<kWtCols>()),
+};
+
+// KernelWt with W's 14 rows packed k-major (16 floats per step, the last two zero): each
+// broadcast is folded into its FMA (vfmadd231ps m32{1to16}), one fused uop where a separate
+// vbroadcastss and two FMAs take three. The second use of each value reads it through an
+// alias the compiler cannot see through, or it would load it once and broadcast it apart.
+// The packed rows come from L2: each step prefetches the line 16 steps ahead into L1 (without
+// it the first FMA of a step took 10% of the kernel's samples, waiting). pf, pf_rs, pf_rows:
+// the next rows of W to prefetch into L2, as KernelWt's; without them the loop runs two steps
+// per trip.
+template <size_t kCols, size_t kVecs>
+HWY_NOINLINE void KernelWtPacked(size_t kc, const float* HWY_RESTRICT xp, const float* wp,
+                                 float* HWY_RESTRICT c, ptrdiff_t ldc, bool add, size_t rows,
+                                 const float* pf, ptrdiff_t pf_rs, size_t pf_rows) {
+  const DF d;
+  VF acc[kVecs][kCols];
+#pragma GCC unroll 16
+  for (size_t j = 0; j < kCols; ++j) {
+    for (size_t h = 0; h < kVecs; ++h) acc[h][j] = hn::Zero(d);
+  }
+  const auto step = [&](size_t q) HWY_ATTR {
+    const float* wq = wp;
+    asm("" : "+r"(wq));  // same address, another name: keeps the second load
+    VF x[kVecs];
+    for (size_t h = 0; h < kVecs; ++h) x[h] = hn::Load(d, xp + q * kWtRows + h * kN);
+#pragma GCC unroll 16
+    for (size_t j = 0; j < kCols; ++j) {
+      acc[0][j] = hn::MulAdd(x[0], hn::Set(d, wp[q * kN + j]), acc[0][j]);
+      if constexpr (kVecs == 2) acc[1][j] = hn::MulAdd(x[1], hn::Set(d, wq[q * kN + j]), acc[1][j]);
+    }
+  };
+  size_t p = 0;
+  if (pf_rows == 0) {
+    for (; p + 2 <= kc; p += 2) {
+      __builtin_prefetch(wp + 16 * kN, 0, 3);
+      step(0);
+      step(1);
+      xp += 2 * kWtRows;
+      wp += 2 * kN;
+    }
+  }
+  for (; p < kc; ++p) {
+    step(0);
+    if ((p & 15) < pf_rows) {
+      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * pf_rs + (p >> 4) * 16, 0, 2);
+    }
+    __builtin_prefetch(wp + 16 * kN, 0, 3);
+    xp += kWtRows;
+    wp += kN;
+  }
+  StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
+}
+
+using KernelWtPackedFn = void (*)(size_t, const float*, const float*, float*, ptrdiff_t, bool,
+                                  size_t, const float*, ptrdiff_t, size_t);
+template <size_t kVecs, size_t... I>
+constexpr std::array<KernelWtPackedFn, sizeof...(I)> MakeKernelsWtPacked(
+    std::index_sequence<I...>) {
+  return {&KernelWtPacked<I + 1, kVecs>...};
+}
+const std::array<KernelWtPackedFn, kWtCols> kKernelsWtPacked[2] = {
+    MakeKernelsWtPacked<1>(std::make_index_sequence<kWtCols>()),
+    MakeKernelsWtPacked<2>(std::make_index_sequence<kWtCols>()),
 };
 
 // K block of the in-place kernel: 14 rows of W (28 KiB) stay in L1 while the x panel streams
@@ -356,6 +427,8 @@ constexpr size_t kWtMinK = 256;
 // 16-row granularity (nn.Linear, one thread, cold weights: M = 64 148 -> 177-180 GF/s, M = 256
 // 182-184 -> 189-197, M = 360 even, M = 486 188-193 -> 183-190).
 constexpr size_t kWtMaxProductRows = 288;
+// Fewest x panels (32 rows each) for which GemmWt packs W's rows (WtBlockPacked).
+constexpr size_t kWtPackMinPanels = 5;
 
 // x's rows [0, m) and its columns [pc, pc + kc) as 32-row panels (k-major, rows past m zero).
 void PackXBlock(size_t m, size_t kc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs, float* xbuf) {
@@ -383,10 +456,90 @@ size_t WtPanelFloats(size_t m, size_t k) {
   return (m + kWtRows - 1) / kWtRows * kWtRows * k;
 }
 
+// One K block of GemmWt: C (+)= the x panels at xbuf (m rows, kc steps) times W's rows j < n
+// (row j at w + j * w_rs, kc floats from w on).
+struct WtBlock {
+  size_t m, n, kc;
+  const float* xbuf;
+  const float* w;
+  ptrdiff_t w_rs;
+  float* c;
+  ptrdiff_t ldc;
+  bool add;
+  size_t panels() const { return (m + kWtRows - 1) / kWtRows; }
+  size_t rows(size_t ip) const { return std::min(kWtRows, m - ip * kWtRows); }
+  const float* x(size_t ip) const { return xbuf + ip * kWtRows * kc; }
+  const float* w_row(size_t j) const { return w + static_cast<ptrdiff_t>(j) * w_rs; }
+  float* c_at(size_t ip, size_t j) const {
+    return c + static_cast<ptrdiff_t>(ip * kWtRows) * ldc + static_cast<ptrdiff_t>(j);
+  }
+  // Rows of W after the block at j0 that the first x panel prefetches.
+  size_t next_rows(size_t j0) const {
+    return j0 + kWtCols < n ? std::min(kWtCols, n - j0 - kWtCols) : 0;
+  }
+};
+
+// W's rows read in place. One x panel against every block of W's rows, then the next panel:
+// the x panel (32 values per step) is the wider operand, so it is the one that stays near the
+// core while W's rows (14 values per step) stream past (in-process A/B, one thread, both of
+// this machine's speed phases, M = 128-256, N = 768-4096, K = 256-768: 1-3% faster than the
+// order of WtBlockCopied). The first panel prefetches the next block of rows.
+void WtBlockInPlace(const WtBlock& b) {
+  for (size_t ip = 0; ip < b.panels(); ++ip) {
+    for (size_t j0 = 0; j0 < b.n; j0 += kWtCols) {
+      const float* wj = b.w_row(j0);
+      kKernelsWt[b.rows(ip) > kN ? 1 : 0][std::min(kWtCols, b.n - j0) - 1](
+          b.kc, b.x(ip), wj, b.w_rs, b.c_at(ip, j0), b.ldc, b.add, b.rows(ip),
+          b.w_row(j0 + kWtCols), ip == 0 ? b.next_rows(j0) : 0);
+    }
+  }
+}
+
+// W's rows aliased in L1 (RowsSpreadInL1): each block of the kernel's 14 rows is copied once
+// to a stride a line longer than kc, and every x panel reads the copy (M = 232, N = 768, one
+// thread: K = 1024 / 2048 / 3072 ran at 88-91 / 84-89 / 88 GF/s, their unaliased neighbours
+// at 97-102 / 98-107 / 100). Block by block: copying the whole K block up front for
+// WtBlockInPlace's order ran 2-4% slower (K = 1024-3072).
+void WtBlockCopied(const WtBlock& b) {
+  const size_t buf_rs = b.kc + 16;
+  float* buf = gemm_detail::scratch(1, kWtCols * buf_rs);
+  for (size_t j0 = 0; j0 < b.n; j0 += kWtCols) {
+    const size_t cols = std::min(kWtCols, b.n - j0);
+    for (size_t j = 0; j < cols; ++j)
+      std::memcpy(buf + j * buf_rs, b.w_row(j0 + j), b.kc * sizeof(float));
+    for (size_t ip = 0; ip < b.panels(); ++ip) {
+      kKernelsWt[b.rows(ip) > kN ? 1 : 0][cols - 1](
+          b.kc, b.x(ip), buf, static_cast<ptrdiff_t>(buf_rs), b.c_at(ip, j0), b.ldc, b.add,
+          b.rows(ip), b.w_row(j0 + kWtCols), ip == 0 ? b.next_rows(j0) : 0);
+    }
+  }
+}
+
+// W's rows packed, 16 floats per step (KernelWtPacked), by the first x panel just before it
+// uses each block (the block before prefetched them); the other panels read the packed
+// blocks. Fewer uops per FMA than the in-place kernel: on this shared machine, while the core
+// runs slow (other work on it: even a register-only FMA loop drops 30%), M = 256-512
+// products run 11-18% faster; on an idle core 3-5% slower (the packing). Worth it from
+// kWtPackMinPanels panels on (at M = 64-128 the packing costs more than it saves).
+void WtBlockPacked(const WtBlock& b) {
+  float* packed = gemm_detail::scratch(1, (b.n + kWtCols - 1) / kWtCols * kN * b.kc);
+  for (size_t ip = 0; ip < b.panels(); ++ip) {
+    for (size_t j0 = 0; j0 < b.n; j0 += kWtCols) {
+      const size_t cols = std::min(kWtCols, b.n - j0);
+      float* panel = packed + j0 / kWtCols * kN * b.kc;
+      if (ip == 0) PackRows16<kN>(cols, kN, b.kc, b.w_row(j0), b.w_rs, panel);
+      kKernelsWtPacked[b.rows(ip) > kN ? 1 : 0][cols - 1](
+          b.kc, b.x(ip), panel, b.c_at(ip, j0), b.ldc, b.add, b.rows(ip), b.w_row(j0 + kWtCols),
+          b.w_rs, ip == 0 ? b.next_rows(j0) : 0);
+    }
+  }
+}
+
 // C (+)= A times W^T (A element (i, p) at a[i * a_rs + p * a_cs], W row j at w + j * w_rs,
 // contiguous along p), in equal K blocks of at most kWtKC. kept: every K block's x panels
 // (WtPanelFloats), already packed (`packed`) or to be packed there; null: packed block by block
-// into scratch.
+// into scratch. Every path computes each output's FMAs in the same order: the bits do not
+// depend on the path.
 void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
             const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate, float* kept,
             bool packed) {
@@ -394,61 +547,15 @@ void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdif
   const size_t kc_max = (k + kblocks - 1) / kblocks;
   const size_t panels = (m + kWtRows - 1) / kWtRows;
   float* block_buf = kept ? nullptr : gemm_detail::scratch(0, panels * kWtRows * kc_max);
-  // W's rows aliased in L1 (RowsSpreadInL1): each block of the kernel's 14 rows is copied
-  // once to a stride a line longer than kc, and every x panel reads the copy (M = 232,
-  // N = 768, one thread: K = 1024 / 2048 / 3072 ran at 88-91 / 84-89 / 88 GF/s, their
-  // unaliased neighbours at 97-102 / 98-107 / 100).
-  const bool copy_w = !RowsSpreadInL1(w_rs);
-  const size_t wbuf_rs = kc_max + 16;
-  float* wbuf = copy_w ? gemm_detail::scratch(1, kWtCols * wbuf_rs) : nullptr;
+  const auto block = panels >= kWtPackMinPanels ? &WtBlockPacked
+                     : RowsSpreadInL1(w_rs)     ? &WtBlockInPlace
+                                                : &WtBlockCopied;
   for (size_t pc = 0; pc < k; pc += kc_max) {
     const size_t kc = std::min(kc_max, k - pc);
-    const bool add = accumulate || pc > 0;
     float* xbuf = kept ? kept + panels * kWtRows * pc : block_buf;
     if (!packed) PackXBlock(m, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, xbuf);
-    if (wbuf == nullptr) {
-      // One x panel against every block of W's rows, then the next panel: the x panel (32
-      // values per step) is the wider operand, so it is the one that stays near the core
-      // while W's rows (14 values per step) stream past. In-process A/B, one thread, both of
-      // this machine's speed phases, M = 128-256, N = 768-4096, K = 256-768: 1-3% faster than
-      // the order below. Rows that must be copied keep that order: copying the whole K block
-      // of W up front for it ran 2-4% slower (K = 1024-3072).
-      for (size_t ip = 0; ip < panels; ++ip) {
-        const size_t rows = std::min(kWtRows, m - ip * kWtRows);
-        for (size_t j0 = 0; j0 < n; j0 += kWtCols) {
-          const size_t cols = std::min(kWtCols, n - j0);
-          const float* wj = w + static_cast<ptrdiff_t>(j0) * w_rs + static_cast<ptrdiff_t>(pc);
-          // The first x panel reads W's rows from memory: it prefetches the next block.
-          const size_t pf_rows =
-              ip == 0 && j0 + kWtCols < n ? std::min(kWtCols, n - j0 - kWtCols) : 0;
-          kKernelsWt[rows > kN ? 1 : 0][cols - 1](
-              kc, xbuf + ip * kWtRows * kc, wj, w_rs,
-              c + static_cast<ptrdiff_t>(ip * kWtRows) * ldc + static_cast<ptrdiff_t>(j0), ldc, add,
-              rows, wj + static_cast<ptrdiff_t>(kWtCols) * w_rs, pf_rows);
-        }
-      }
-      continue;
-    }
-    // Each block of W's rows, copied, against every x panel.
-    for (size_t j0 = 0; j0 < n; j0 += kWtCols) {
-      const size_t cols = std::min(kWtCols, n - j0);
-      const float* wj = w + static_cast<ptrdiff_t>(j0) * w_rs + static_cast<ptrdiff_t>(pc);
-      // The first x panel reads these W rows from memory: it prefetches the next ones.
-      const size_t pf_rows = j0 + kWtCols < n ? std::min(kWtCols, n - j0 - kWtCols) : 0;
-      const float* pf = wj + static_cast<ptrdiff_t>(kWtCols) * w_rs;
-      for (size_t j = 0; j < cols; ++j) {  // to a stride that spreads them over L1's sets
-        std::memcpy(wbuf + j * wbuf_rs, wj + static_cast<ptrdiff_t>(j) * w_rs, kc * sizeof(float));
-      }
-      const float* wk = wbuf;
-      const ptrdiff_t wk_rs = static_cast<ptrdiff_t>(wbuf_rs);
-      for (size_t ip = 0; ip < panels; ++ip) {
-        const size_t rows = std::min(kWtRows, m - ip * kWtRows);
-        kKernelsWt[rows > kN ? 1 : 0][cols - 1](
-            kc, xbuf + ip * kWtRows * kc, wk, wk_rs,
-            c + static_cast<ptrdiff_t>(ip * kWtRows) * ldc + static_cast<ptrdiff_t>(j0), ldc, add,
-            rows, pf, ip == 0 ? pf_rows : 0);
-      }
-    }
+    block(WtBlock{m, n, kc, xbuf, w + static_cast<ptrdiff_t>(pc), w_rs, c, ldc,
+                  accumulate || pc > 0});
   }
 }
 
