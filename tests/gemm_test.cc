@@ -341,8 +341,9 @@ TEST(Gemm, Large) {
 }
 
 // Half inputs: the operands are rounded to f16 / bf16; the reference uses the rounded values.
+// skinny: through gemm_half_skinny (la must be kRowMajor, lb kTransposed).
 void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool accumulate,
-              std::mt19937& rng) {
+              std::mt19937& rng, bool skinny = false) {
   Operand a = make_operand(m, k, la, rng);
   Operand b = make_operand(k, n, lb, rng);
   const auto to_bits = [t](float x) {
@@ -357,12 +358,16 @@ void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bo
   const int64_t ldc = n + 1;
   std::vector<float> c0(static_cast<size_t>(std::max<int64_t>(m * ldc, 1)), 0.5f);
   std::vector<float> c = c0;
-  gemm_half(t, m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.rs, b.cs, c.data(), ldc, accumulate);
+  if (skinny) {
+    gemm_half_skinny(t, m, n, k, ah.data(), a.rs, bh.data(), b.cs, c.data(), ldc, accumulate);
+  } else {
+    gemm_half(t, m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.rs, b.cs, c.data(), ldc, accumulate);
+  }
   char what[160];
-  std::snprintf(what, sizeof(what), "%s m=%lld n=%lld k=%lld A=%s B=%s acc=%d",
-                t == DType::kF16 ? "f16" : "bf16", static_cast<long long>(m),
-                static_cast<long long>(n), static_cast<long long>(k), name(la), name(lb),
-                accumulate ? 1 : 0);
+  std::snprintf(what, sizeof(what), "%s%s m=%lld n=%lld k=%lld A=%s B=%s acc=%d",
+                t == DType::kF16 ? "f16" : "bf16", skinny ? " skinny" : "",
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                name(la), name(lb), accumulate ? 1 : 0);
   check(m, n, k, a, b, c0, c, ldc, accumulate, 1e-6, what);
 }
 
@@ -376,6 +381,34 @@ TEST(Gemm, Half) {
             for (int64_t n : {1, 33})
               for (bool acc : {false, true}) run_half(t, m, n, 291, la, lb, acc, rng);
     run_half(DType::kBF16, 100, 300, 257, Layout::kRowMajor, Layout::kRowMajor, false, rng);
+  });
+}
+
+// gemm_half_skinny: decode-sized f16 / bf16 products with W^T read in place, widened to f32
+// as they are read: rows of x around the 4-row groups, W's rows around the 4-row groups, K
+// around a vector (16 lanes) with its scalar tail; and rows computed together give the bits of
+// each row computed alone (the order of an output's sum does not depend on m).
+TEST(Gemm, HalfSkinny) {
+  for_each_target([&] {
+    std::mt19937 rng(19);
+    for (DType t : {DType::kF16, DType::kBF16}) {
+      for (int64_t m : {1, 3, 4, 5, 16})
+        for (int64_t n : {1, 3, 4, 7, 33})
+          for (int64_t k : {1, 15, 16, 17, 291})
+            run_half(t, m, n, k, Layout::kRowMajor, Layout::kTransposed, (m + n + k) % 2 == 0, rng,
+                     true);
+      const int64_t m = 16, n = 37, k = 300;
+      std::vector<uint16_t> x(m * k), w(n * k);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (uint16_t& v : x) v = ops::f32_to_bf16_bits(dist(rng));  // valid f16 bits too
+      for (uint16_t& v : w) v = ops::f32_to_bf16_bits(dist(rng)) & 0x7bffu;
+      std::vector<float> whole(m * n), rows(m * n);
+      gemm_half_skinny(t, m, n, k, x.data(), k, w.data(), k, whole.data(), n, false);
+      for (int64_t i = 0; i < m; ++i)
+        gemm_half_skinny(t, 1, n, k, x.data() + i * k, k, w.data(), k, rows.data() + i * n, n,
+                         false);
+      EXPECT_EQ(whole, rows) << (t == DType::kF16 ? "f16" : "bf16");
+    }
   });
 }
 

@@ -1055,11 +1055,13 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
   return packed_->panels() + j0 / panel_cols * (k * panel_cols);
 }
 
-// Reads an f32 B^T in place (gemm_f32_skinny)? Decided by the whole product's rows (the row
-// axis's extent), not the tile's, so that every thread count sums in the same order.
+// Reads B^T in place (gemm_f32_skinny, gemm_half_skinny)? Decided by the whole product's rows
+// (the row axis's extent), not the tile's, so that every thread count sums in the same order.
 bool BlockRunner::skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows,
                          int64_t ak) const {
-  return db.dtype == DType::kF32 && cpu::gemm_skinny_in_place(product_rows(rows), ak, bk, b.cs);
+  const int64_t m = product_rows(rows);
+  if (db.dtype == DType::kF32) return cpu::gemm_skinny_in_place(m, ak, bk, b.cs);
+  return cpu::gemm_half_skinny_in_place(db.dtype, m, ak, bk, b.cs);
 }
 
 // Reads an f32 B^T in place with the role-swapped kernel (gemm_f32_bt_in_place)? Also by the
@@ -1109,6 +1111,9 @@ void BlockRunner::exec_matmul(const Instr& in) {
   } else if (da.dtype == DType::kF32) {
     cpu::gemm_f32(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
                   reinterpret_cast<const float*>(b.p), bk, b.cs, c, d.rs, false);
+  } else if (skinny(db, b, bk, rows, ak)) {
+    cpu::gemm_half_skinny(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs,
+                          reinterpret_cast<const uint16_t*>(b.p), b.cs, c, d.rs, false);
   } else {
     cpu::gemm_half(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs, ak,
                    reinterpret_cast<const uint16_t*>(b.p), bk, b.cs, c, d.rs, false);

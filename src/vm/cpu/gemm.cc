@@ -740,25 +740,59 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
   }
 }
 
+// The element types GemvT reads, widened to f32 as they are loaded: f32, or bf16 / f16 bits
+// (uint16_t). Load: kN elements from p; One: one element.
+struct RowF32 {
+  using T = float;
+  static VF Load(DF d, const float* p) { return hn::LoadU(d, p); }
+  static float One(float x) { return x; }
+};
+struct RowBF16 {
+  using T = uint16_t;
+  static VF Load(DF d, const uint16_t* p) {
+    const hn::Rebind<uint16_t, DF> du16;
+    const hn::RebindToUnsigned<DF> du;
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
+  }
+  static float One(uint16_t x) { return bf16_bits_to_f32(x); }
+};
+struct RowF16 {
+  using T = uint16_t;
+  static VF Load(DF d, const uint16_t* p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    return hn::PromoteTo(d, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
+#else  // no F16C: by the scalar spec
+    HWY_ALIGN float tmp[kN];
+    for (size_t i = 0; i < kN; ++i) tmp[i] = f16_bits_to_f32(p[i]);
+    return hn::Load(d, tmp);
+#endif
+  }
+  static float One(uint16_t x) {
+    return f16_bits_to_f32(x);
+  }
+};
+
 // Skinny products with a transposed B (decode through a linear layer: x [m <= 16, K] times
 // W [N, K]^T): every output is a dot product of two contiguous rows, so W streams once, in
-// place, at memory bandwidth. Four W rows at a time share each load of x; up to 4 rows of x
-// at a time share each load of W, and the next rows of x reuse the same four W rows from L1,
-// so W is read from memory once whatever m is. Each output is summed lane-wise over K in
-// vector steps, then across lanes, then its scalar tail: the same order for any m.
-template <size_t kM>
-void GemvTRows(size_t j, size_t k, const float* a, ptrdiff_t a_rs, const float* const* w, float* c,
-               ptrdiff_t ldc, bool accumulate) {
+// place, at memory bandwidth (as bf16 / f16: half the bytes of f32). Four W rows at a time
+// share each load of x; up to 4 rows of x at a time share each load of W, and the next rows
+// of x reuse the same four W rows from L1, so W is read from memory once whatever m is. Each
+// output is summed lane-wise over K in vector steps, then across lanes, then its scalar
+// tail: the same order for any m.
+template <class R, size_t kM>
+void GemvTRows(size_t j, size_t k, const typename R::T* a, ptrdiff_t a_rs,
+               const typename R::T* const* w, float* c, ptrdiff_t ldc, bool accumulate) {
   const DF d;
   const size_t kv = k / kN * kN;
   VF acc[kM][4];
   for (size_t i = 0; i < kM; ++i)
     for (size_t q = 0; q < 4; ++q) acc[i][q] = hn::Zero(d);
   for (size_t p = 0; p < kv; p += kN) {
-    const VF w0 = hn::LoadU(d, w[0] + p), w1 = hn::LoadU(d, w[1] + p);
-    const VF w2 = hn::LoadU(d, w[2] + p), w3 = hn::LoadU(d, w[3] + p);
+    const VF w0 = R::Load(d, w[0] + p), w1 = R::Load(d, w[1] + p);
+    const VF w2 = R::Load(d, w[2] + p), w3 = R::Load(d, w[3] + p);
     for (size_t i = 0; i < kM; ++i) {
-      const VF x = hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * a_rs + p);
+      const VF x = R::Load(d, a + static_cast<ptrdiff_t>(i) * a_rs + p);
       acc[i][0] = hn::MulAdd(x, w0, acc[i][0]);
       acc[i][1] = hn::MulAdd(x, w1, acc[i][1]);
       acc[i][2] = hn::MulAdd(x, w2, acc[i][2]);
@@ -766,10 +800,10 @@ void GemvTRows(size_t j, size_t k, const float* a, ptrdiff_t a_rs, const float* 
     }
   }
   for (size_t i = 0; i < kM; ++i) {
-    const float* x = a + static_cast<ptrdiff_t>(i) * a_rs;
+    const typename R::T* x = a + static_cast<ptrdiff_t>(i) * a_rs;
     for (size_t q = 0; q < 4; ++q) {
       float tail = 0.0f;
-      for (size_t p = kv; p < k; ++p) tail += x[p] * w[q][p];
+      for (size_t p = kv; p < k; ++p) tail += R::One(x[p]) * R::One(w[q][p]);
       const float v = hn::GetLane(hn::SumOfLanes(d, acc[i][q])) + tail;
       float& out = c[static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j + q)];
       out = accumulate ? out + v : v;
@@ -777,34 +811,35 @@ void GemvTRows(size_t j, size_t k, const float* a, ptrdiff_t a_rs, const float* 
   }
 }
 
-// GemvTRows for 1-4 rows of x.
-using GemvTRowsFn = void (*)(size_t, size_t, const float*, ptrdiff_t, const float* const*, float*,
-                             ptrdiff_t, bool);
-constexpr GemvTRowsFn kGemvTRows[] = {&GemvTRows<1>, &GemvTRows<2>, &GemvTRows<3>, &GemvTRows<4>};
-
-void GemvT(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, const float* b,
-           ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate) {
+template <class R>
+void GemvT(size_t m, size_t n, size_t k, const typename R::T* a, ptrdiff_t a_rs,
+           const typename R::T* b, ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate) {
+  using T = typename R::T;
+  using RowsFn =
+      void (*)(size_t, size_t, const T*, ptrdiff_t, const T* const*, float*, ptrdiff_t, bool);
+  constexpr RowsFn kRows[] = {&GemvTRows<R, 1>, &GemvTRows<R, 2>, &GemvTRows<R, 3>,
+                              &GemvTRows<R, 4>};
   const DF d;
   const size_t kv = k / kN * kN;
   size_t j = 0;
   for (; j + 4 <= n; j += 4) {
-    const float* w[4];
+    const T* w[4];
     for (size_t q = 0; q < 4; ++q) w[q] = b + static_cast<ptrdiff_t>(j + q) * b_cs;
     for (size_t i = 0; i < m; i += 4) {
-      const float* ai = a + static_cast<ptrdiff_t>(i) * a_rs;
+      const T* ai = a + static_cast<ptrdiff_t>(i) * a_rs;
       float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
-      kGemvTRows[std::min<size_t>(4, m - i) - 1](j, k, ai, a_rs, w, ci, ldc, accumulate);
+      kRows[std::min<size_t>(4, m - i) - 1](j, k, ai, a_rs, w, ci, ldc, accumulate);
     }
   }
   for (; j < n; ++j) {
-    const float* w = b + static_cast<ptrdiff_t>(j) * b_cs;
+    const T* w = b + static_cast<ptrdiff_t>(j) * b_cs;
     for (size_t i = 0; i < m; ++i) {
-      const float* x = a + static_cast<ptrdiff_t>(i) * a_rs;
+      const T* x = a + static_cast<ptrdiff_t>(i) * a_rs;
       VF acc = hn::Zero(d);
       for (size_t p = 0; p < kv; p += kN)
-        acc = hn::MulAdd(hn::LoadU(d, x + p), hn::LoadU(d, w + p), acc);
+        acc = hn::MulAdd(R::Load(d, x + p), R::Load(d, w + p), acc);
       float tail = 0.0f;
-      for (size_t p = kv; p < k; ++p) tail += x[p] * w[p];
+      for (size_t p = kv; p < k; ++p) tail += R::One(x[p]) * R::One(w[p]);
       const float v = hn::GetLane(hn::SumOfLanes(d, acc)) + tail;
       float& out = c[static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j)];
       out = accumulate ? out + v : v;
@@ -828,7 +863,7 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
     // A caller that knows its whole product takes the skinny path for up to kSkinnyMaxRows
     // rows (gemm_f32_skinny); a product this small takes it here.
     if (b != nullptr && m <= 4 && gemm_skinny_in_place(m, a_cs, b_rs, b_cs)) {
-      return GemvT(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+      return GemvT<RowF32>(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
     }
   }
   // Equal K blocks of at most kKC.
@@ -964,7 +999,16 @@ void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int6
 
 void GemmF32Skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
                    int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
-  GemvT(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+  GemvT<RowF32>(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+}
+
+void GemmHalfSkinny(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+                    const uint16_t* b, int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
+  if (in_type == DType::kF16) {
+    GemvT<RowF16>(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+  } else {
+    GemvT<RowBF16>(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+  }
 }
 
 void GemmHalf(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
@@ -1038,6 +1082,7 @@ HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmReadsTransposedBInPlace);
 HWY_EXPORT(GemmF32TransposedBInPlace);
 HWY_EXPORT(GemmF32Skinny);
+HWY_EXPORT(GemmHalfSkinny);
 HWY_EXPORT(GemmHalf);
 HWY_EXPORT(GemmF32Packed);
 HWY_EXPORT(GemmHalfPacked);
@@ -1090,6 +1135,19 @@ void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_
     return;
   }
   HWY_DYNAMIC_DISPATCH(GemmF32Skinny)(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+}
+
+void gemm_half_skinny(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                      int64_t a_rs, const uint16_t* b, int64_t b_cs, float* c, int64_t ldc,
+                      bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    }
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(GemmHalfSkinny)(in_type, m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
 }
 
 void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,

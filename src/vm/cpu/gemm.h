@@ -47,6 +47,19 @@ inline bool gemm_skinny_in_place(int64_t m, int64_t a_cs, int64_t b_rs, int64_t 
 void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
                      int64_t b_cs, float* c, int64_t ldc, bool accumulate);
 
+// The skinny path for f16 / bf16 products (A and B both in_type, f32 C): as gemm_f32_skinny,
+// the values widened to f32 as they are read, so W streams once in its own type (packing it
+// into f32 panels per call cost a bf16 decode step 3.6x eager's time). Not where AMX runs bf16
+// products (gemm_half_on_amx: its own path reads W in place).
+inline bool gemm_half_skinny_in_place(DType in_type, int64_t m, int64_t a_cs, int64_t b_rs,
+                                      int64_t b_cs) {
+  return (in_type == DType::kF16 || in_type == DType::kBF16) && !gemm_half_on_amx(in_type) &&
+         gemm_skinny_in_place(m, a_cs, b_rs, b_cs);
+}
+void gemm_half_skinny(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                      int64_t a_rs, const uint16_t* b, int64_t b_cs, float* c, int64_t ldc,
+                      bool accumulate);
+
 // f32 products with a transposed B (B^T row-major: nn.Linear's W [N, K]) can read B in place
 // on AVX-512: x is packed into 32-row panels and W's elements are broadcast from its rows, so
 // W is never transposed (that packing cost 5-8% of a linear layer). Worth it for a long
