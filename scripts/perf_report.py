@@ -713,25 +713,44 @@ def section_weights(path, d):
     if "torch" in d:
         m["torch"] = d["torch"]
     extra = [f"cache capacity {cap >> 20} MiB" if cap is not None else "cache capacity ?"]
-    out = py_header(path, m, extra)
+    roof = d.get("roofline")
+    if roof:
+        extra.append(f"measured read bandwidth {fmt(roof.get('read_gbps'), 1)} GB/s (a sum over "
+                     "1 GiB), GEMM " + ", ".join(f"{k} {fmt(v, 0)} GFLOP/s" for k, v in
+                                                 roof.get("gemm_gflops", {}).items())
+                     + " (torch.mm 2048^3), same threads")
+    out = py_header(path, m, extra, d.get("date"), d.get("commit"))
     out += ["", "mlp: a stack of `x + Linear(gelu(Linear(x)))` blocks (H = 2048, F = 8192); "
             "llama: HuggingFace's Llama from its config (hidden 2048, FFN 5632, 16/4 heads, "
             "layers to the size, M tokens of one sequence); f32, or bf16 weights and "
             "activations; through "
             "`torch.compile(backend=\"dvm\", dynamic=True)`, configurations in alternating "
             "rounds, per-call medians; × = eager time / config time; packs/call = packed-weight "
-            "cache packs per call in steady state; cache MiB = bytes the cache holds.", ""]
+            "cache packs per call in steady state; cache MiB = bytes the cache holds; rate = "
+            "the weights streamed per second at M = 1 (GB/s, against the measured read "
+            "bandwidth), else the products' GFLOP/s (2 M x weights per call, against the "
+            "measured GEMM rate).", ""]
     rows = []
     for r in d.get("results", []):
         for c, ms in r.get("ms", {}).items():
             held = r.get("cache_bytes", {}).get(c)
+            rate = "-"
+            if r.get("rows") == 1 and "weights_gbps" in r:
+                rate = f"{fmt(r['weights_gbps'].get(c), 1)} GB/s"
+                if roof and roof.get("read_gbps"):
+                    rate += f" ({fmt(r['weights_gbps'].get(c) / roof['read_gbps'])})"
+            elif "gflops" in r:
+                rate = f"{fmt(r['gflops'].get(c), 0)} GF/s"
+                peak = (roof or {}).get("gemm_gflops", {}).get(r.get("dtype", "f32"))
+                if peak:
+                    rate += f" ({fmt(r['gflops'].get(c) / peak)})"
             rows.append([r.get("model", "mlp"), r.get("dtype", "f32"), fmt(r.get("weights_gib")),
                          str(r.get("rows")), c, fmt(ms, 1),
-                         fmt(r.get("speedup_vs_eager", {}).get(c)),
+                         fmt(r.get("speedup_vs_eager", {}).get(c)), rate,
                          fmt(r.get("packs_per_call", {}).get(c), 1),
                          "-" if held is None else str(held >> 20)])
     out += table(["model", "dtype", "weights GiB", "M", "config", "ms per call", "× eager",
-                  "packs/call", "cache MiB"], rows, numeric_from=5)
+                  "rate (of roofline)", "packs/call", "cache MiB"], rows, numeric_from=5)
     return out
 
 

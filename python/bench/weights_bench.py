@@ -25,7 +25,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
 import time
 
@@ -33,6 +32,7 @@ import torch
 
 import dvm
 import dvm.torch_backend  # noqa: F401  (registers "dvm" when not pip-installed)
+from models_bench import cpu_model, git_commit  # this directory (the script's own)
 
 HIDDEN, FFN = 2048, 8192
 
@@ -82,6 +82,33 @@ def make_model(kind, gib, dtype):
         p.requires_grad_(False)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return model, weight_bytes, args, out
+
+
+def machine_roofline(dtypes):
+    """What the machine reaches at this thread count, measured here with PyTorch's own kernels:
+    the read bandwidth (a sum over a 1 GiB f32 buffer, best of 5) and a large GEMM's rate per
+    dtype (a 2048^3 torch.mm, best of 5). Decode (M = 1) is bound by the first, prefill rows
+    by the second; both DVM and eager are measured against them."""
+    buf = torch.ones(2**28)
+    buf.sum()
+    read = []
+    for _ in range(5):
+        t = time.perf_counter()
+        buf.sum()
+        read.append(buf.numel() * 4 / (time.perf_counter() - t) / 1e9)
+    del buf
+    gemm = {}
+    for name in dtypes:
+        a = torch.randn(2048, 2048, dtype=DTYPES[name])
+        b = torch.randn(2048, 2048, dtype=DTYPES[name])
+        torch.mm(a, b)
+        rates = []
+        for _ in range(5):
+            t = time.perf_counter()
+            torch.mm(a, b)
+            rates.append(2 * 2048**3 / (time.perf_counter() - t) / 1e9)
+        gemm[name] = max(rates)
+    return {"read_gbps": max(read), "gemm_gflops": gemm}
 
 
 def time_call(fn, kw):
@@ -140,7 +167,12 @@ def bench(gib, rows, rounds, capacity, dtype_name, kind="mlp"):
     dvm.set_weight_cache_capacity(capacity)
     dvm.clear_weight_cache()
     med = {k: statistics.median(v) for k, v in samples.items()}
+    # Each weight is read once per call: bytes / time is the weights' streaming rate (what
+    # bounds decode); 2 * M * weights is the products' FLOP count (what bounds prefill).
+    n_weights = weight_bytes / dtype.itemsize
     return {
+        "weights_gbps": {k: weight_bytes / (v * 1e-3) / 1e9 for k, v in med.items()},
+        "gflops": {k: 2 * rows * n_weights / (v * 1e-3) / 1e9 for k, v in med.items()},
         "weights_gib": weight_bytes / 2**30,
         "model": kind,
         "dtype": dtype_name,
@@ -164,6 +196,10 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     capacity = dvm.weight_cache_stats().capacity
+    roofline = machine_roofline(args.dtypes)
+    print(f"machine: read {roofline['read_gbps']:.1f} GB/s, GEMM "
+          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in roofline["gemm_gflops"].items()),
+          flush=True)
     results = []
     for kind in args.models:
         for dtype_name in args.dtypes:
@@ -173,13 +209,19 @@ def main():
                     results.append(r)
                     cells = "  ".join(f"{k} {v:.1f} ms ({r['speedup_vs_eager'][k]:.2f}x)"
                                       for k, v in r["ms"].items())
+                    rate = (f"weights {r['weights_gbps']['dvm']:.1f} GB/s" if rows == 1 else
+                            f"{r['gflops']['dvm']:.0f} GFLOP/s")
                     print(f"{kind} {dtype_name} {r['weights_gib']:.2f} GiB  M={rows}: {cells}  "
+                          f"dvm {rate}  "
                           f"packs/call {r['packs_per_call']}  cache MiB "
                           f"{ {k: v >> 20 for k, v in r['cache_bytes'].items()} }", flush=True)
     os.makedirs("bench_results", exist_ok=True)
     out = {
-        "machine": {"cpu": platform.processor() or platform.machine(),
-                    "threads": torch.get_num_threads(), "load": os.getloadavg()},
+        "machine": {"cpu": cpu_model(), "threads": torch.get_num_threads(),
+                    "load": os.getloadavg()},
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_commit(),
+        "roofline": roofline,
         "torch": torch.__version__,
         "capacity_bytes": capacity,
         "results": results,
