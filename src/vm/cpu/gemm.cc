@@ -428,7 +428,7 @@ constexpr size_t kWtMinK = 256;
 // 182-184 -> 189-197, M = 360 even, M = 486 188-193 -> 183-190).
 constexpr size_t kWtMaxProductRows = 288;
 // Fewest x panels (32 rows each) for which GemmWt packs W's rows (WtBlockPacked).
-constexpr size_t kWtPackMinPanels = 5;
+constexpr size_t kWtPackMinPanels = 4;
 
 // x's rows [0, m) and its columns [pc, pc + kc) as 32-row panels (k-major, rows past m zero).
 void PackXBlock(size_t m, size_t kc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs, float* xbuf) {
@@ -520,7 +520,9 @@ void WtBlockCopied(const WtBlock& b) {
 // blocks. Fewer uops per FMA than the in-place kernel: on this shared machine, while the core
 // runs slow (other work on it: even a register-only FMA loop drops 30%), M = 256-512
 // products run 11-18% faster; on an idle core 3-5% slower (the packing). Worth it from
-// kWtPackMinPanels panels on (at M = 64-128 the packing costs more than it saves).
+// kWtPackMinPanels panels on: at two threads with W from memory, M = 128 runs 15-17% faster
+// (2048 x 8192 either way; 8 - 10% at 768 x 768), M = 96 even; at M = 64 the packing costs
+// more than it saves.
 void WtBlockPacked(const WtBlock& b) {
   float* packed = gemm_detail::scratch(1, (b.n + kWtCols - 1) / kWtCols * kN * b.kc);
   for (size_t ip = 0; ip < b.panels(); ++ip) {
