@@ -29,8 +29,9 @@
 
 namespace dvm::vm::cpu::gemm_detail {
 // Thread-local 64-byte aligned scratch of at least `floats` floats, grown on demand; slot 0 holds
-// the packed A block, slot 1 the packed B block, slot 2 partial sums (gemm_amx.cc), slot 3 the
-// x panels GemmWtRows keeps for the next tile (KeptX).
+// the packed A block (GemmWt: x's panels), slot 1 the packed B block (GemmWt: W's copied or
+// packed rows), slot 2 partial sums (gemm_amx.cc), slot 3 the x panels GemmWtRows keeps for
+// the next tile (KeptX).
 float* scratch(int slot, size_t floats);
 
 #ifndef DVM_GEMM_KEPT_X_DEFINED  // this file is included once per Highway target
