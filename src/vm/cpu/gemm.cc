@@ -1128,28 +1128,25 @@ void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int
   (m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 }
 
+bool gemm_trivial(int64_t m, int64_t n, int64_t k, float* c, int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return true;
+  if (k > 0) return false;
+  if (!accumulate) {
+    for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+  }
+  return true;
+}
+
 void gemm_f32_skinny(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, const float* b,
                      int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    if (!accumulate) {
-      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
-    }
-    return;
-  }
+  if (gemm_trivial(m, n, k, c, ldc, accumulate)) return;
   HWY_DYNAMIC_DISPATCH(GemmF32Skinny)(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
 }
 
 void gemm_half_skinny(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                       int64_t a_rs, const uint16_t* b, int64_t b_cs, float* c, int64_t ldc,
                       bool accumulate) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    if (!accumulate) {
-      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
-    }
-    return;
-  }
+  if (gemm_trivial(m, n, k, c, ldc, accumulate)) return;
   HWY_DYNAMIC_DISPATCH(GemmHalfSkinny)(in_type, m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
 }
 

@@ -22,6 +22,10 @@ namespace dvm::vm::cpu {
 void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
               const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate);
 
+// The products with no work for the kernels: m or n <= 0 (nothing to do), or k <= 0 (C zeroed
+// unless accumulating). True when it handled the product.
+bool gemm_trivial(int64_t m, int64_t n, int64_t k, float* c, int64_t ldc, bool accumulate);
+
 // Same with f16 or bf16 inputs (DType kF16/kBF16 bits as uint16_t), f32 accumulation and f32 C.
 void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
                int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,

@@ -13,6 +13,7 @@
 #include <cstdlib>
 
 #include "base/env.h"
+#include "vm/cpu/gemm.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
 #define DVM_AMX_SUPPORTED 1
@@ -450,13 +451,7 @@ bool amx_bf16_enabled() {
 void gemm_bf16_amx(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
                    const uint16_t* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
                    bool accumulate) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    if (!accumulate) {
-      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
-    }
-    return;
-  }
+  if (gemm_trivial(m, n, k, c, ldc, accumulate)) return;
   const TileScope tiles;
   if (b_rs == 1 && b_cs != 1) {
     gemm_rows_of_bt(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate);
