@@ -480,11 +480,13 @@ struct WtBlock {
   }
 };
 
-// W's rows read in place. One x panel against every block of W's rows, then the next panel:
-// the x panel (32 values per step) is the wider operand, so it is the one that stays near the
-// core while W's rows (14 values per step) stream past (in-process A/B, one thread, both of
+// W's rows read in place (up to three x panels; more take WtBlockPacked). One x panel against
+// every block of W's rows, then the next panel: the x panel (32 values per step) is the wider
+// operand, so it is the one that stays near the core while W's rows (14 values per step)
+// stream past. Measured before packing took M >= 97 (in-process A/B, one thread, both of
 // this machine's speed phases, M = 128-256, N = 768-4096, K = 256-768: 1-3% faster than the
-// order of WtBlockCopied). The first panel prefetches the next block of rows.
+// order of WtBlockCopied); at three panels or fewer the two orders differ little. The first
+// panel prefetches the next block of rows.
 void WtBlockInPlace(const WtBlock& b) {
   for (size_t ip = 0; ip < b.panels(); ++ip) {
     for (size_t j0 = 0; j0 < b.n; j0 += kWtCols) {
