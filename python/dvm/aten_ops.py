@@ -195,6 +195,7 @@ _add("pointwise", (B.DIV, B.FLOOR_DIV, U.TRUNC), *_ovls("div", "Tensor_mode", "S
 _add("pointwise", (B.MAXIMUM, U.IS_NAN), "fmax.default")
 _add("pointwise", (B.MINIMUM, U.IS_NAN), "fmin.default")
 _add("pointwise", "gelu", "gelu.default")
+_add("pointwise", (U.EXPM1, "select"), "elu.default", float_inputs=True)
 _add("pointwise", (U.IS_FINITE, U.IS_NAN), "isinf.default")
 _add("pointwise", U.ERF, "erfc.default")
 _add("pointwise", (U.SIN, U.COS), "tan.default")
@@ -276,6 +277,15 @@ _add("matmul", "linear", "linear.default")
 _add("matmul", ("reshape", "permute", "linear"), "convolution.default")
 _add("attention", "attention", "_scaled_dot_product_flash_attention_for_cpu.default",
      "scaled_dot_product_attention.default")
+# convolutional models' ops: inference batch norm and group norm as per-channel arithmetic,
+# constant padding as a concat with fills (negative pads slice), pooling as the maximum or sum
+# of strided slices of the padded input, one per window offset
+_add("norm", (B.SUB, B.MUL, B.ADD), "_native_batch_norm_legit_no_training.default")
+_add("norm", ("reshape", R.MEAN, "variance"), "native_group_norm.default")
+_add("view", ("concat", "slice"), "constant_pad_nd.default")
+_add("pooling", ("slice", B.MAXIMUM), "max_pool2d_with_indices.default",
+     "max_pool3d_with_indices.default")
+_add("pooling", ("slice", B.ADD), "avg_pool2d.default", "avg_pool3d.default")
 _add("gather", "embedding", "embedding.default")
 _add("gather", "index_select", "index_select.default", "index.Tensor")
 _add("gather", "gather", "gather.default")

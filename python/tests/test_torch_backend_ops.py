@@ -397,6 +397,32 @@ CASES = [
     ("sdpa_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
      lambda dt, g, v: tuple(rand((1, 2, SZ(v)[1], 8), dt, g) for _ in range(3)) + (
          torch.randn(SZ(v)[1], SZ(v)[1], generator=g).to(dt),), (F32,)),
+    # convolutional models: inference batch norm, constant padding (negative pads
+    # crop), pooling with padding, strides and dilation (window slices), elu / selu / celu
+    ("batch_norm_eval", lambda x, m, var, w, b: F.batch_norm(x, m, var, w, b, training=False,
+                                                             eps=1e-3),
+     lambda dt, g, v: (rand((SZ(v)[0], 4, SZ(v)[1], 2), dt, g), rand((4,), F32, g),
+                       rand((4,), F32, g, 0.5, 2.0), rand((4,), F32, g), rand((4,), F32, g)),
+     FLOATS),
+    ("batch_norm_eval_no_affine", lambda x, m, var: F.batch_norm(x, m, var, training=False),
+     lambda dt, g, v: (rand((SZ(v)[0], 4, SZ(v)[1]), dt, g), rand((4,), F32, g),
+                       rand((4,), F32, g, 0.5, 2.0)), (F32,)),
+    ("constant_pad", lambda x: F.pad(x, (1, 2, 0, 3), value=-1.5) * 2, one(), (F32, BF16, I64)),
+    ("constant_pad_crop", lambda x: F.pad(x, (-1, 2)) + 1, one(), (F32,)),
+    ("max_pool2d", lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
+     lambda dt, g, v: (rand((2, 3, SZ(v)[0] + 4, SZ(v)[1] + 3), dt, g),), (F32, BF16)),
+    ("max_pool2d_dilated_nan", lambda x: F.max_pool2d(x, 2, stride=1, dilation=2),
+     with_nans(lambda dt, g, v: (rand((2, 3, SZ(v)[0] + 4, SZ(v)[1] + 3), dt, g),)), (F32,)),
+    ("avg_pool2d", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1),
+     lambda dt, g, v: (rand((2, 3, SZ(v)[0] + 4, SZ(v)[1] + 3), dt, g),), (F32, F16)),
+    ("avg_pool2d_exclude_pad", lambda x: F.avg_pool2d(x, (2, 3), stride=(1, 2), padding=1,
+                                                      count_include_pad=False),
+     lambda dt, g, v: (rand((2, 3, SZ(v)[0] + 4, SZ(v)[1] + 3), dt, g),), (F32,)),
+    ("avg_pool3d_divisor", lambda x: F.avg_pool3d(x, 2, divisor_override=3),
+     lambda dt, g, v: (rand((2, 3, 4, SZ(v)[0] + 3, SZ(v)[1] + 4), dt, g),), (F32,)),
+    ("elu", lambda x: F.elu(x, alpha=0.7), with_nans(one()), (F32, BF16)),
+    ("selu", lambda x: F.selu(x), one(), (F32,)),
+    ("celu", lambda x: F.celu(x, alpha=1.5), one(), (F32,)),
 ]
 
 def _params():

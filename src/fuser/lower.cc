@@ -161,6 +161,14 @@ Status Lowerer::lower(int id, int* bad_view) {
       v = kb_.matmul(arg(0), arg(1), n.ints[0] != 0, n.ints[1] != 0);
       break;
     case GraphOp::kConcat: {
+      // A concat does not broadcast its parts: a broadcast scalar part (a padding fill) whose
+      // shape the kernel cannot spell out is filled in memory.
+      for (int in : n.inputs) {
+        std::vector<Dim> dims;
+        if (plan_.role[in] == Role::kScalar && !node(in).shape.empty() &&
+            !target_dims(node(in).shape, false, &dims))
+          return fill_in_memory(in, bad_view);
+      }
       std::vector<Value> xs;
       for (size_t i = 0; i < n.inputs.size(); ++i) xs.push_back(arg(i));
       v = kb_.concat(xs, n.axis);

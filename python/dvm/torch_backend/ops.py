@@ -745,6 +745,214 @@ def _rms_norm(tr: Translator, x, normalized_shape, weight=None, eps=None):
     return tr.gb.rms_norm(x, weight, eps=float(eps), num_axes=len(normalized_shape))
 
 
+# ---- convolutional models: batch and group norm, padding, pooling, elu ----------------------
+
+
+def _per_channel(tr: Translator, v, rank):
+    """A [C] vector as [C, 1, ...]: broadcast along dim 1 of a rank-`rank` tensor."""
+    return tr.gb.reshape(v, [tr.shape(v)[0]] + [1] * (rank - 2))
+
+
+@register("_native_batch_norm_legit_no_training.default")
+def _batch_norm_eval(tr: Translator, x, weight, bias, running_mean, running_var, momentum, eps):
+    """Inference batch norm over dim 1, as PyTorch's CPU kernel computes it: a = w / sqrt(var +
+    eps) and b = bias - mean * a per channel, then y = x * a + b, in f32 for f16/bf16. The saved
+    statistics (empty tensors in inference) are not computed: a node whose saved statistics are
+    read stays in PyTorch."""
+    r = tr.rank(x)
+    if r < 2:
+        raise Unsupported("batch norm of a tensor of rank < 2")
+    f32 = dvm.DType.F32
+    invstd = tr.gb.unary(U.RSQRT, tr.gb.binary(B.ADD, tr.cast(running_var, f32), float(eps)))
+    a = invstd if weight is None else tr.gb.binary(B.MUL, invstd, tr.cast(weight, f32))
+    shift = tr.gb.binary(B.MUL, tr.cast(running_mean, f32), a)
+    b = (tr.gb.unary(U.NEG, shift) if bias is None
+         else tr.gb.binary(B.SUB, tr.cast(bias, f32), shift))
+    xf = tr.cast(x, f32) if tr.dtype(x) in (dvm.DType.F16, dvm.DType.BF16) else x
+    y = tr.gb.binary(B.ADD, tr.gb.binary(B.MUL, xf, _per_channel(tr, a, r)),
+                     _per_channel(tr, b, r))
+    return y, None, None
+
+
+@register("native_group_norm.default")
+def _group_norm(tr: Translator, x, weight, bias, n, c, hw, group, eps):
+    """Group norm: x [N, C, *S] viewed as [N, G, C / G * prod(S)], normalised by each group's
+    mean and biased variance, then the per-channel affine; mean and rstd ([N, G]) are the
+    second and third outputs, in the statistics' dtype (f32 for f16/bf16 inputs)."""
+    r = tr.rank(x)
+    if r < 2 or not isinstance(group, int):
+        raise Unsupported("group norm of a tensor of rank < 2 or a symbolic group count")
+    shape = tr.shape(x)
+    stat = tr.out_dtype(1)
+    if not shape[1].is_constant() or int(shape[1]) % group:
+        raise Unsupported(f"group norm of {shape[1]} channels in {group} groups")
+    per_group = int(shape[1]) // group
+    for d in shape[2:]:
+        per_group = per_group * d
+    g = tr.gb.reshape(tr.cast(x, stat), [shape[0], group, per_group])
+    mean = tr.gb.reduce(R.MEAN, g, [2], keepdims=True)
+    var = tr.gb.variance(g, [2], correction=0.0, keepdims=True)
+    rstd = tr.gb.unary(U.RSQRT, tr.gb.binary(B.ADD, var, float(eps)))
+    y = tr.gb.reshape(tr.gb.binary(B.MUL, tr.gb.binary(B.SUB, g, mean), rstd), shape)
+    if weight is not None:
+        y = tr.gb.binary(B.MUL, y, _per_channel(tr, tr.cast(weight, stat), r))
+    if bias is not None:
+        y = tr.gb.binary(B.ADD, y, _per_channel(tr, tr.cast(bias, stat), r))
+    stats_shape = [shape[0], group]
+    return y, tr.gb.reshape(mean, stats_shape), tr.gb.reshape(rstd, stats_shape)
+
+
+def _pad(tr: Translator, x, pad, value, dtype):
+    """torch.nn.functional.pad(x, pad, value=value): pad lists (before, after) pairs from the
+    last dim backwards; a negative amount crops. Fills of `value` concatenated on each side."""
+    if len(pad) % 2 or len(pad) // 2 > tr.rank(x):
+        raise Unsupported(f"padding {list(pad)} for a tensor of rank {tr.rank(x)}")
+    if not all(isinstance(p, int) for p in pad):
+        raise Unsupported("symbolic padding")
+    r = tr.rank(x)
+    for i in range(len(pad) // 2):
+        dim = r - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if lo < 0 or hi < 0:
+            x = tr.gb.slice(x, dim, max(-lo, 0), hi if hi < 0 else dvm.SLICE_END, 1)
+        parts = [x]
+        for amount, at in ((lo, 0), (hi, 1)):
+            if amount > 0:
+                s = tr.shape(x)
+                s[dim] = amount
+                parts.insert(at * len(parts), tr.fill(value, s, dtype))
+        x = parts[0] if len(parts) == 1 else tr.gb.concat(parts, dim)
+    return x
+
+
+@register("constant_pad_nd.default")
+def _constant_pad_nd(tr: Translator, x, pad, value=0):
+    out = tr.out_dtype()
+    if not isinstance(value, (int, float, bool)):
+        raise Unsupported("a padding value that is not a number")
+    return _pad(tr, tr.cast(x, out), list(pad), value, out)
+
+
+def _pool_args(tr: Translator, kernel, stride, padding, dilation, ceil_mode):
+    """Per-dim kernel, stride, padding and dilation lists of a pooling op (PyTorch's rules:
+    one value for every dim, an empty stride meaning the kernel)."""
+    nd = 3 if "3d" in tr.node.target._opname else 2
+
+    def each(v, default):
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        v = v or list(default)
+        return v * nd if len(v) == 1 else v
+
+    kernel = each(kernel, [])
+    stride = each(stride, kernel)
+    padding = each(padding, [0])
+    dilation = each(dilation, [1])
+    if ceil_mode:
+        raise Unsupported("pooling with ceil_mode (windows past the input)")
+    if any(not isinstance(v, int) for v in kernel + stride + padding + dilation):
+        raise Unsupported("pooling with symbolic window parameters")
+    return kernel, stride, padding, dilation
+
+
+def _windows(tr: Translator, x, kernel, stride, padding, dilation, value, dtype):
+    """One slice of x per window offset: slice k holds, at every output position, the input
+    element at offset k of that position's window (`value` where the window covers padding).
+
+    Strided slices of symbolic extents would leave DVM to prove that the last window ends
+    inside the input, which its simplifier cannot (floor divisions); instead each spatial dim
+    is padded to exactly (out + q) * stride elements (q = ceil(span / stride), the window's
+    reach past its start in strides: the right pad is never negative) and reshaped to
+    [out + q, stride], where offset k is the rows [k // stride, k // stride + out) of column
+    k % stride: extents whose bounds cancel to constants."""
+    nd = len(kernel)
+    first = tr.rank(x) - nd
+    out_spatial = tr.out_shape(0)[-nd:]
+    rows = []
+    for i in range(nd):
+        dim = first + i
+        q = -(-((kernel[i] - 1) * dilation[i]) // stride[i])
+        rows.append(out_spatial[i] + q)
+        right = rows[-1] * stride[i] - tr.shape(x)[dim] - padding[i]
+        before = tr.shape(x)
+        before[dim] = padding[i]
+        after = tr.shape(x)
+        after[dim] = right
+        parts = ([tr.fill(value, before, dtype)] if padding[i] else []) + [
+            x, tr.fill(value, after, dtype)]
+        x = tr.gb.concat(parts, dim)
+    split = tr.shape(x)[:first]
+    for i in range(nd):
+        split += [rows[i], stride[i]]
+    x = tr.gb.reshape(x, split)
+    offsets = [[]]
+    for k in kernel:
+        offsets = [o + [j] for o in offsets for j in range(k)]
+    for off in offsets:
+        v = x
+        for i, o in enumerate(off):
+            row, col = divmod(o * dilation[i], stride[i])
+            v = tr.gb.slice(v, first + 2 * i, row, row + out_spatial[i], 1)
+            v = tr.gb.slice(v, first + 2 * i + 1, col, col + 1, 1)
+        for i in reversed(range(nd)):
+            v = tr.gb.squeeze(v, first + 2 * i + 1)
+        yield v
+
+
+@register("max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
+def _max_pool(tr: Translator, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Max pooling: the maximum of the window slices of x padded with -inf (NaN propagates,
+    as PyTorch's). The indices output is not computed: a node whose indices are read stays in
+    PyTorch."""
+    kernel, stride, padding, dilation = _pool_args(tr, kernel, stride, padding, dilation,
+                                                   ceil_mode)
+    if not _is_float(tr.out_dtype(0)):
+        raise Unsupported("max pooling of integers")
+    y = None
+    for v in _windows(tr, x, kernel, stride, padding, dilation, -math.inf, tr.out_dtype(0)):
+        y = v if y is None else tr.gb.binary(B.MAXIMUM, y, v)
+    return y, None
+
+
+@register("avg_pool2d.default", "avg_pool3d.default")
+def _avg_pool(tr: Translator, x, kernel, stride=(), padding=0, ceil_mode=False,
+              count_include_pad=True, divisor_override=None):
+    """Average pooling: the sum of the window slices of x (zero-padded; in f32 for f16/bf16)
+    over the window size, divisor_override, or (count_include_pad=False) the number of the
+    window's elements inside the input, counted the same way over ones."""
+    kernel, stride, padding, _ = _pool_args(tr, kernel, stride, padding, 1, ceil_mode)
+    out = tr.out_dtype()
+    if not _is_float(out):
+        raise Unsupported("average pooling of integers")
+    nd = len(kernel)
+    f32 = dvm.DType.F32
+
+    def window_sum(t):
+        s = None
+        for v in _windows(tr, t, kernel, stride, padding, [1] * nd, 0.0, f32):
+            s = v if s is None else tr.gb.binary(B.ADD, s, v)
+        return s
+
+    y = window_sum(tr.cast(x, f32))
+    if divisor_override:
+        return tr.gb.binary(B.DIV, y, float(divisor_override))
+    if count_include_pad or not any(padding):
+        return tr.gb.binary(B.DIV, y, float(math.prod(kernel)))
+    return tr.gb.binary(B.DIV, y, window_sum(tr.fill(1.0, tr.shape(x)[-nd:], f32)))
+
+
+@register("elu.default")
+def _elu(tr: Translator, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    """elu / selu / celu: x <= 0 ? expm1(x * input_scale) * alpha * scale : x * scale (a NaN
+    takes the second branch, as PyTorch's kernel)."""
+    gb = tr.gb
+    neg_in = x if input_scale == 1 else gb.binary(B.MUL, x, float(input_scale))
+    neg = gb.unary(U.EXPM1, neg_in)
+    if float(alpha) * float(scale) != 1:
+        neg = gb.binary(B.MUL, neg, float(alpha) * float(scale))
+    pos = x if scale == 1 else gb.binary(B.MUL, x, float(scale))
+    return gb.select(gb.binary(B.LE, x, 0.0), neg, pos)
+
+
 # ---- matmul, attention, embedding, gathers ----------------------------------------------------
 
 

@@ -242,6 +242,10 @@ def single_partition_call(fused):
     return run
 
 
+_ALLOCATIONS = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
+                torch.ops.aten.empty_like.default)
+
+
 def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="graph",
                           freeze_weights=False):
     """Returns the GraphModule with DVM partitions (each compiled once) and ATen for the rest.
@@ -250,8 +254,12 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
     set_shape_env(shape_env)
     # Unused outputs of multi-output ops (make_fx keeps e.g. attention's logsumexp getitem):
     # dead, and DVM may not compute them, so a partition holding one would fail to build.
-    for n in list(gm.graph.nodes):
-        if n.op == "call_function" and n.target is operator.getitem and not n.users:
+    # Likewise unused allocations and views (batch norm's decomposition leaves an empty uint8
+    # "reserve" tensor, max_pool1d a squeeze of the unused indices): nothing reads them, and
+    # one DVM cannot run would count as a fallback.
+    for n in reversed(list(gm.graph.nodes)):
+        if n.op == "call_function" and not n.users and (
+                n.target is operator.getitem or n.target in _ALLOCATIONS or n.target in FREE_OPS):
             gm.graph.erase_node(n)
     support = DvmOperatorSupport()
     # the translator records which outputs of multi-output nodes it does not compute
