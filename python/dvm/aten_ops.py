@@ -235,7 +235,9 @@ _add("view", "slice", "slice_copy.Tensor", "select_copy.int", variant="copy")
 _add("view", "split", "split.Tensor", "split_with_sizes.default", "unbind.int", "chunk.default")
 _add("view", "split", "split_copy.Tensor", "split_with_sizes_copy.default", variant="copy")
 _add("view", "concat", "cat.default", "concat.default")
-_add("view", None, "flip.default")  # negative strides: not in DVM's slice
+_add("view", None, "flip.default")
+# x[..., a:b] = src / x[..., i] = src, functionalized: the slices of x around src, concatenated
+_add("view", ("slice", "concat"), "slice_scatter.default", "select_scatter.default")  # negative strides: not in DVM's slice
 
 # -- constants and generators (fills are built from an iota) --
 

@@ -397,6 +397,14 @@ CASES = [
     ("sdpa_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
      lambda dt, g, v: tuple(rand((1, 2, SZ(v)[1], 8), dt, g) for _ in range(3)) + (
          torch.randn(SZ(v)[1], SZ(v)[1], generator=g).to(dt),), (F32,)),
+    # in-place slice assignments, functionalized to slice_scatter / select_scatter (BART's
+    # shift_tokens_right)
+    ("slice_scatter", lambda a, b: torch.slice_scatter(a, b * 2, 1, 1, 3),
+     lambda dt, g, v: (rand((SZ(v)[0], 6), dt, g), rand((SZ(v)[0], 2), dt, g)), (F32, I64)),
+    ("slice_scatter_tail", lambda a: torch.slice_scatter(a, a[:, :-1] + 1, 1, 1), one(),
+     (F32,)),
+    ("select_scatter", lambda a, b: torch.select_scatter(a, b[:, 0] * 3, 1, 0), two(),
+     (F32, I32)),
     # convolutional models: inference batch norm, constant padding (negative pads
     # crop), pooling with padding, strides and dilation (window slices), elu / selu / celu
     ("batch_norm_eval", lambda x, m, var, w, b: F.batch_norm(x, m, var, w, b, training=False,

@@ -399,6 +399,20 @@ bool rounded_down(const SymExpr& x, const SymExpr& y) {
   return d >= 1 && n.terms[0].coeff == d && q.args[0] == x;
 }
 
+// min(x, max(x, y)) = x and max(x, min(x, y)) = x (absorption), in either argument order:
+// clamps of clamps (a slice of a slice whose bounds PyTorch's guards fix) fold back to the
+// clamped extent, so that re-simplifying an expression gives the same expression.
+template <SymKind kInner>
+Opt absorb(const SymExpr& a, const SymExpr& b) {
+  const auto has_arg = [](const SymExpr& x, const SymExpr& y) {
+    const SymNode& n = y.node();
+    return n.kind == kInner && n.args.size() == 2 && (n.args[0] == x || n.args[1] == x);
+  };
+  if (has_arg(a, b)) return a;
+  if (has_arg(b, a)) return b;
+  return std::nullopt;
+}
+
 using K = SymKind;
 
 // In `algebra`, // and % are Python's (floor; sign of the divisor), c, d, e, g, k are
@@ -477,6 +491,7 @@ constexpr SymRule kRules[] = {
      "min(x, d*(x//d)) = d*(x//d) for d >= 1: floor(x/d)*d <= x, e.g. the input a convolution "
      "with stride = kernel d covers",
      min_when_below<rounded_down>},
+    {K::kMin, "min_absorbs_max", "min(x, max(x, y)) = x: max(x, y) >= x", absorb<SymKind::kMax>},
     // max
     {K::kMax, "max_fold", "max(c, d) = the larger constant", max_fold},
     {K::kMax, "max_same", "max(x, x) = x", same},
@@ -490,6 +505,7 @@ constexpr SymRule kRules[] = {
      max_when_below<shrinking_quotient>},
     {K::kMax, "max_rounded_down", "max(x, d*(x//d)) = x for d >= 1, see min_rounded_down",
      max_when_below<rounded_down>},
+    {K::kMax, "max_absorbs_min", "max(x, min(x, y)) = x: min(x, y) <= x", absorb<SymKind::kMin>},
 };
 
 constexpr size_t kNumRules = std::size(kRules);

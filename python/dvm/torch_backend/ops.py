@@ -528,6 +528,69 @@ def _split(tr: Translator, x, *_, dim=None, **__):
     return tuple(parts)
 
 
+def _scatter_along(tr: Translator, base, src, dim, start, end):
+    """base with base[start:end] along dim replaced by src (end - start elements): the parts
+    of base before and after, concatenated around src. Where DVM cannot prove that the parts
+    add up to base's extent (a symbolic dim whose bounds PyTorch's guards know), src is
+    gathered to base's extent instead (index clamp(i - start)) and selected inside the range."""
+    out = tr.out_dtype()
+    base = tr.cast(base, out)
+    src = tr.cast(src, out)
+    parts = []
+    if not (isinstance(start, int) and start == 0):
+        parts.append(tr.gb.slice(base, dim, 0, start, 1))
+    parts.append(src)
+    if not (isinstance(end, int) and end >= dvm.SLICE_END):
+        parts.append(tr.gb.slice(base, dim, end, dvm.SLICE_END, 1))
+    x = parts[0] if len(parts) == 1 else tr.gb.concat(parts, dim)
+    want = tr.shape(base)
+    got = tr.shape(x)
+    if len(got) == len(want) and all(same_dim(a, b) for a, b in zip(got, want)):
+        return x
+    b = dvm.BinaryOp
+    i64 = dvm.DType.I64
+    pos = tr.gb.iota([want[dim]], 0, i64)
+    first = tr.sym_scalar(start, i64)
+    last = tr.gb.binary(b.SUB, tr.sym_scalar(tr.shape(src)[dim], i64), 1)
+    rel = tr.gb.binary(b.SUB, pos, first)
+    idx = tr.gb.binary(b.MINIMUM, tr.gb.binary(b.MAXIMUM, rel, 0), last)
+    inside = tr.gb.binary(b.LOGICAL_AND, tr.gb.binary(b.GE, rel, 0),
+                          tr.gb.binary(b.LE, rel, last))
+    placed = tr.gb.index_select(src, dim, idx)
+    mask = tr.gb.reshape(inside, [want[dim]] + [1] * (len(want) - 1 - dim))
+    return tr.gb.select(mask, placed, base)
+
+
+@register("slice_scatter.default")
+def _slice_scatter(tr: Translator, base, src, dim=0, start=None, end=None, step=1):
+    """torch.slice_scatter (functionalized x[a:b] = src) with step 1; bounds as slice's
+    (negative from the end, clamped)."""
+    if step != 1:
+        raise Unsupported(f"slice_scatter with step {step}")
+    a = tr.axis(dim, tr.rank(base))
+    start = _slice_bound(start)
+    end = _slice_bound(end)
+    start = 0 if start is None else start
+    end = dvm.SLICE_END if end is None else end
+    if isinstance(start, int) and start < 0 or isinstance(end, int) and end < 0:
+        raise Unsupported("slice_scatter with negative bounds")
+    return _scatter_along(tr, base, src, a, start, end)
+
+
+@register("select_scatter.default")
+def _select_scatter(tr: Translator, base, src, dim, index):
+    """torch.select_scatter (functionalized x[..., i] = src)."""
+    a = tr.axis(dim, tr.rank(base))
+    if not isinstance(index, int):
+        raise Unsupported("select_scatter at a symbolic index")
+    if index < 0:
+        size = tr.shape(base)[a]
+        if not size.is_constant():
+            raise Unsupported("select_scatter at a negative index of a symbolic dim")
+        index += int(size)
+    return _scatter_along(tr, base, tr.gb.unsqueeze(src, a), a, index, index + 1)
+
+
 @register("flip.default")
 def _flip(tr: Translator, x, dims):
     raise Unsupported("flip (negative strides) is not in DVM's slice")

@@ -63,7 +63,9 @@ class DvmOperatorSupport(OperatorSupportBase):
                 return f"output {node.args[1]} of {src.name} is not computed by DVM"
             return None
         v = fake_value(node) if ("val" in node.meta or "example_value" in node.meta) else None
-        if not isinstance(v, (torch.Tensor, tuple, list)):
+        if not isinstance(v, (torch.Tensor, tuple, list)) or (
+                isinstance(v, (tuple, list)) and not any(isinstance(x, torch.Tensor) for x in v)):
+            # aten.size.default gives a list of SymInts
             return "not a tensor op (size arithmetic stays in Python)"
         r = check_node(node)
         if r is None:
