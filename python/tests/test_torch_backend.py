@@ -131,6 +131,25 @@ def test_transformer_encoder_layer():
     assert s.get("runtime_fallbacks", 0) == 0
 
 
+def test_cnn_block_without_convolutions():
+    """Group norm, SiLU, max pooling with padding, inference batch norm, average pooling and
+    ELU (its alpha a SymFloat under dynamic=True) in one DVM partition, at several image sizes.
+    The pooled values feed a select (ELU): a view of in-kernel values once read unstored
+    memory there (tests/repro/avg_pool_windows_then_select.graph)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.GroupNorm(4, 8), nn.SiLU(), nn.MaxPool2d(3, 2, 1),
+                          nn.BatchNorm2d(8), nn.AvgPool2d(2), nn.ELU(0.7)).eval()
+    with torch.no_grad():
+        model[3].running_mean.uniform_(-1, 1)
+        model[3].running_var.uniform_(0.5, 2)
+    compiled = torch.compile(model, backend="dvm", dynamic=True)
+    for hw in (16, 20, 12):
+        check(compiled, model, torch.randn(2, 8, hw, hw))
+    s = tb.stats()
+    assert s.get("fallback_nodes", 0) == 0 and s.get("runtime_fallbacks", 0) == 0
+    assert s["dvm_partitions"] >= 1
+
+
 def _stream(compiled, model, lengths, batch=2):
     torch.manual_seed(1)
     for t in lengths:

@@ -670,6 +670,10 @@ StatusOr<TensorArg> CallState::resolve(int id) {
       break;
     }
     case Role::kCompute:
+      // A kernel reading a value that no kernel stores is a fusion-plan defect: refuse it
+      // rather than address memory that was never planned.
+      if (x_.output_index[id] < 0 && output_alias(id) < 0 && x_.buffer_slot[id] < 0)
+        return internal_error(x_.where(id) + ": read from memory but stored by no kernel");
       t = storage(id);
       break;
     case Role::kView:

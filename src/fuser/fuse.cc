@@ -267,7 +267,15 @@ void Fuser::add_deps(int group, int c) {
 
 void Fuser::join(int c, int p, const std::vector<int>& views) {
   Group& grp = plan_.groups[p];
-  for (int v : views) {
+  // Every operand of c that reads a value of p through views reads it inside the kernel, not
+  // only the candidate's: in select(reshape(m), reshape(a), reshape(b)) of three values of p,
+  // a view left outside would read from memory a value the kernel never stores.
+  std::vector<int> all = views;
+  for (int i : node(c).inputs) {
+    std::vector<int> more;
+    if (producer_group(i, &more) == p) all.insert(all.end(), more.begin(), more.end());
+  }
+  for (int v : all) {
     if (plan_.group_of[v] == p) continue;
     plan_.role[v] = Role::kInKernelView;
     plan_.group_of[v] = p;

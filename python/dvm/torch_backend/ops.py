@@ -1006,14 +1006,18 @@ def _avg_pool(tr: Translator, x, kernel, stride=(), padding=0, ceil_mode=False,
 @register("elu.default")
 def _elu(tr: Translator, x, alpha=1.0, scale=1.0, input_scale=1.0):
     """elu / selu / celu: x <= 0 ? expm1(x * input_scale) * alpha * scale : x * scale (a NaN
-    takes the second branch, as PyTorch's kernel)."""
+    takes the second branch, as PyTorch's kernel). The coefficients may be SymFloats (rank-0
+    tensors under dynamic=True)."""
     gb = tr.gb
-    neg_in = x if input_scale == 1 else gb.binary(B.MUL, x, float(input_scale))
-    neg = gb.unary(U.EXPM1, neg_in)
-    if float(alpha) * float(scale) != 1:
-        neg = gb.binary(B.MUL, neg, float(alpha) * float(scale))
-    pos = x if scale == 1 else gb.binary(B.MUL, x, float(scale))
-    return gb.select(gb.binary(B.LE, x, 0.0), neg, pos)
+    out = tr.out_dtype()
+
+    def times(v, c):
+        if isinstance(c, (int, float)) and c == 1:
+            return v
+        return _binary(tr, B.MUL, v, c, out)
+
+    neg = times(times(gb.unary(U.EXPM1, times(x, input_scale)), alpha), scale)
+    return gb.select(gb.binary(B.LE, x, 0.0), neg, times(x, scale))
 
 
 # ---- matmul, attention, embedding, gathers ----------------------------------------------------
