@@ -1,5 +1,6 @@
 // Random graphs: chains of elementwise ops, reductions with broadcast back, softmax and
-// layernorm, matmuls, permutes, reshapes, slices and concats over [S, 16] values, compiled
+// layernorm, matmuls, permutes, reshapes, slices and concats, and multi-operand ops whose
+// operands are views of values computed in the same kernel, over [S, 16] values, compiled
 // fused and unfused; every fused result must match the unfused run for several bindings.
 #include <random>
 
@@ -28,7 +29,7 @@ RandomGraph random_graph(std::mt19937& rng, int index) {
   };
   int steps = std::uniform_int_distribution<int>(2, 9)(rng);
   for (int i = 0; i < steps; ++i) {
-    int op = std::uniform_int_distribution<int>(0, 11)(rng);
+    int op = std::uniform_int_distribution<int>(0, 13)(rng);
     Tensor a = pick(), b = pick(), out;
     switch (op) {
       case 0: {
@@ -86,6 +87,25 @@ RandomGraph random_graph(std::mt19937& rng, int index) {
         out = gb.linear(a, w, r);
         recipe += "linear ";
         break;
+      case 11: {
+        // A value computed with unit dims, viewed without them by every operand of a select
+        // (average pooling's windows feeding an ELU once read one of them from unstored
+        // memory).
+        Tensor u = gb.add(gb.reshape(a, {S, 1, kW, 1}), gb.constant(1.0));
+        Tensor v = gb.reshape(u, {S, kW});
+        out = gb.select(gb.binary(BinaryOp::kLe, v, gb.constant(0.0)), v,
+                        gb.mul(v, gb.constant(2.0)));
+        recipe += "select-of-views ";
+        break;
+      }
+      case 12: {
+        // Unit dims added and dropped around computed values, both operands viewed.
+        Tensor x = gb.reshape(gb.unary(UnaryOp::kTanh, a), {S, 1, kW, 1});
+        Tensor y = gb.reshape(gb.mul(b, gb.constant(3.0)), {S, 1, kW, 1});
+        out = gb.reshape(gb.binary(BinaryOp::kSub, x, y), {S, kW});
+        recipe += "unit-dim-views ";
+        break;
+      }
       default: {
         // A column reduction (over S) broadcast back: another reduction axis.
         out = gb.mul(a, gb.unary(UnaryOp::kTanh, gb.reduce(ReduceOp::kMean, a, {0}, true)));
