@@ -397,6 +397,11 @@ CASES = [
     ("sdpa_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
      lambda dt, g, v: tuple(rand((1, 2, SZ(v)[1], 8), dt, g) for _ in range(3)) + (
          torch.randn(SZ(v)[1], SZ(v)[1], generator=g).to(dt),), (F32,)),
+    ("vector_norm", lambda a: torch.linalg.vector_norm(a, dim=-1, keepdim=True) + 1, one(),
+     (F32, BF16)),
+    ("normalize", lambda a: F.normalize(a, dim=0), one(), (F32,)),
+    ("vector_norm_inf", lambda a: torch.linalg.vector_norm(a, float("inf")), one(), (F32,)),
+    ("vector_norm_1", lambda a: torch.linalg.vector_norm(a, 1, dim=(0, 1)), one(), (F32,)),
     # in-place slice assignments, functionalized to slice_scatter / select_scatter (BART's
     # shift_tokens_right)
     ("slice_scatter", lambda a, b: torch.slice_scatter(a, b * 2, 1, 1, 3),

@@ -698,6 +698,27 @@ def _reduce(tr: Translator, x, dims=None, keepdim=False, dtype=None, **_):
     return tr.gb.reduce(op, x, axes, keepdims=bool(keepdim))
 
 
+@register("linalg_vector_norm.default")
+def _vector_norm(tr: Translator, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """torch.linalg.vector_norm for ord 2 (F.normalize, weight norm), 1 and +-inf: a sum of
+    squares (absolute values) or a max (min) of absolute values, in f32 for f16/bf16."""
+    if not isinstance(ord, (int, float)) or float(ord) not in (2.0, 1.0, math.inf, -math.inf):
+        raise Unsupported(f"vector norm of order {ord}")
+    out = tr.out_dtype()
+    if not _is_float(out):
+        raise Unsupported(f"vector norm in {out}")
+    f32 = dvm.DType.F32
+    x = tr.cast(x, f32 if out in (torch.float16, torch.bfloat16) else out)
+    axes = _axes(tr, x, dim)
+    keep = bool(keepdim)
+    if float(ord) == 2.0:
+        return tr.gb.unary(U.SQRT, tr.gb.reduce(R.SUM, tr.gb.binary(B.MUL, x, x), axes,
+                                                keepdims=keep))
+    a = tr.gb.unary(U.ABS, x)
+    op = {1.0: R.SUM, math.inf: R.MAX, -math.inf: R.MIN}[float(ord)]
+    return tr.gb.reduce(op, a, axes, keepdims=keep)
+
+
 @register("any.dim", "any.default", "any.dims", "all.dim", "all.default", "all.dims")
 def _any_all(tr: Translator, x, dims=None, keepdim=False):
     """any / all: max / min of the operand as bool (0 / 1)."""
