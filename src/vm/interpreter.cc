@@ -1254,13 +1254,22 @@ bool BlockRunner::exec_loop_col_reduce(int32_t pc, int64_t begin, int64_t end) {
 }
 
 // Decodes a block id into its trip of each grid axis (first grid axis slowest); other axes 0.
-void grid_trips(const bc::Program& p, int64_t block, int64_t (&trip)[bc::kMaxAxes]) {
-  for (size_t a = p.axes.size(); a-- > 0;) {
-    trip[a] = 0;
-    if (p.axes[a].iter != bc::AxisIter::kGrid) continue;
-    const int64_t trips = p.axes[a].trips();
-    trip[a] = block % trips;
-    block /= trips;
+// The block's trip of each grid axis (the last grid axis fastest). Divisions only where the
+// block id is past an axis's trips: a launch of one block, and the first blocks of a grid
+// whose last axis has many trips, divide nothing (a division per axis and block was a tenth
+// of a 4K-element launch).
+void grid_trips(const LoadedProgram& lp, int64_t block, int64_t (&trip)[bc::kMaxAxes]) {
+  for (size_t a = lp.program.axes.size(); a-- > 0;) {
+    const int64_t trips = lp.grid_axis_trips[a];
+    if (trips == 1) {
+      trip[a] = 0;
+    } else if (block < trips) {
+      trip[a] = block;
+      block = 0;
+    } else {
+      trip[a] = block % trips;
+      block /= trips;
+    }
   }
 }
 
@@ -1269,7 +1278,7 @@ void BlockRunner::run(int64_t block, int64_t next) {
   std::copy(lp_.desc_offset.begin(), lp_.desc_offset.end(), desc_off_);
   active_rows_ = active_cols_ = 1;
   int64_t trip[bc::kMaxAxes];
-  grid_trips(p_, block, trip);
+  grid_trips(lp_, block, trip);
   for (size_t a = p_.axes.size(); a-- > 0;)
     if (p_.axes[a].iter == bc::AxisIter::kGrid) set_axis(static_cast<int>(a), trip[a]);
   Frame stack[bc::kMaxAxes];
@@ -1478,7 +1487,7 @@ cpu::PrefetchQueue block_prefetch(const LoadedProgram& lp, void* const* slots, i
   const bc::Program& p = lp.program;
   const size_t na = p.axes.size();
   int64_t start[bc::kMaxAxes];
-  grid_trips(p, block, start);
+  grid_trips(lp, block, start);
   for (size_t a = 0; a < na; ++a) start[a] *= p.axes[a].chunk;
   const auto active = [&](int axis) {
     if (axis < 0) return int64_t{1};
@@ -2076,6 +2085,10 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
       lp->loop_end[i] = open.back();
       open.pop_back();
     }
+  }
+  for (size_t a = 0; a < prog.axes.size(); ++a) {
+    const bool grid = prog.axes[a].iter == bc::AxisIter::kGrid;
+    lp->grid_axis_trips[a] = grid ? std::max<int64_t>(1, prog.axes[a].trips()) : 1;
   }
   for (size_t a = 0; a < prog.axes.size(); ++a) {
     if (prog.axes[a].tile == bc::AxisTile::kRow) lp->row_axis = static_cast<int>(a);

@@ -33,6 +33,9 @@ struct LoadedProgram {
   // Trips a block makes of its loops (a reduction walking rows, a loop of chains), its share
   // of a split loop: a block's work is this many tiles.
   int64_t trips_per_block = 1;
+  // Per axis: how many blocks the grid spreads it over (1 for loop and tile axes), so that a
+  // block finds its position without a division per axis where an axis has one trip.
+  std::array<int64_t, bc::kMaxAxes> grid_axis_trips{};
   // Per instruction of a chain body: for its d, a, b, c fields the scratch strip holding a
   // chain-local register (-1: the operand is read or written in place). Decided once here,
   // not per block (small tiles run many chains).
