@@ -262,6 +262,7 @@ _add("reduction", R.ARG_MIN, "argmin.default")
 _add("reduction", R.MAX, *_ovls("any", "dim", "default", "dims"))  # over the operand as bool
 _add("reduction", R.MIN, *_ovls("all", "dim", "default", "dims"))
 _add("reduction", (R.SUM, R.MAX, R.MIN, U.SQRT), "linalg_vector_norm.default")  # ord 2, 1, +-inf
+_add("reduction", (B.SUB, R.SUM, R.MAX, R.MIN, U.SQRT), "dist.default")  # norm of a - b
 _add("reduction", "variance", *_ovls("var", "correction", "dim", "default"))
 _add("reduction", "std_dev", *_ovls("std", "correction", "dim", "default"))
 _add("reduction", ("variance", R.MEAN), "var_mean.correction")

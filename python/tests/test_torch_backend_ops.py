@@ -402,6 +402,7 @@ CASES = [
     ("normalize", lambda a: F.normalize(a, dim=0), one(), (F32,)),
     ("vector_norm_inf", lambda a: torch.linalg.vector_norm(a, float("inf")), one(), (F32,)),
     ("vector_norm_1", lambda a: torch.linalg.vector_norm(a, 1, dim=(0, 1)), one(), (F32,)),
+    ("dist", lambda a, b: torch.dist(a, b), two(bshape=lambda v: (SZ(v)[1],)), (F32,)),
     # in-place slice assignments, functionalized to slice_scatter / select_scatter (BART's
     # shift_tokens_right)
     ("slice_scatter", lambda a, b: torch.slice_scatter(a, b * 2, 1, 1, 3),

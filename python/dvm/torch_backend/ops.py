@@ -698,6 +698,15 @@ def _reduce(tr: Translator, x, dims=None, keepdim=False, dtype=None, **_):
     return tr.gb.reduce(op, x, axes, keepdims=bool(keepdim))
 
 
+@register("dist.default")
+def _dist(tr: Translator, a, b, p=2):
+    """torch.dist: the vector norm of a - b (broadcast) over all elements."""
+    out = tr.out_dtype()
+    f32 = dvm.DType.F32
+    d = out if out not in (torch.float16, torch.bfloat16) else f32
+    return _vector_norm(tr, tr.gb.binary(B.SUB, tr.cast(a, d), tr.cast(b, d)), p)
+
+
 @register("linalg_vector_norm.default")
 def _vector_norm(tr: Translator, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """torch.linalg.vector_norm for ord 2 (F.normalize, weight norm), 1 and +-inf: a sum of
