@@ -85,10 +85,17 @@ def test_random_program_matches_eager(seed):
     program, recipe = make_program(seed)
     compiled = torch.compile(program, backend="dvm", dynamic=True)
     gen = torch.Generator().manual_seed(seed)
+    # every fourth program in bf16: DVM computes in f32 and rounds once per stored value where
+    # eager rounds after every op, so the comparison is against eager in f32, at bf16's
+    # resolution
+    dtype = torch.bfloat16 if seed % 4 == 3 else torch.float32
+    tol = 4e-2 if dtype == torch.bfloat16 else 1e-4
     for b, h, w in ((2, 6, 7), (3, 9, 5)):
-        x = torch.randn(b, C, h, w, generator=gen)
-        z = torch.randn(b, C, h, w, generator=gen)
+        x = torch.randn(b, C, h, w, generator=gen).to(dtype)
+        z = torch.randn(b, C, h, w, generator=gen).to(dtype)
         with torch.no_grad():
-            got, want = compiled(x, z), program(x, z)
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{recipe}: {m}")
+            got, want = compiled(x, z), program(x.float(), z.float())
+        assert got.dtype == dtype, recipe
+        torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol,
+                                   msg=lambda m: f"{recipe}: {m}")
     assert tb.stats().get("dvm_partitions", 0) >= 1, recipe
