@@ -1330,3 +1330,30 @@ TEST(TileKernels, TargetName) {
 
 }  // namespace
 }  // namespace dvm::vm::cpu
+
+namespace dvm::vm::cpu {
+namespace {
+
+// Strided f32 rows (a strided slice's load): every element from its own place, for the
+// constant-stride path (2) and the general one, rows padded in the destination.
+TEST(TileKernels, LoadStridedF32Rows) {
+  for (int64_t scs : {2, 3, 7}) {
+    for (int64_t cols : {1, 5, 16, 33}) {
+      const int64_t rows = 4, srs = cols * scs + 3, drs = cols + 2;
+      std::vector<float> src(static_cast<size_t>(rows * srs));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f;
+      std::vector<float> dst(static_cast<size_t>(rows * drs), -1.0f);
+      load_strided_f32_rows(dst.data(), drs, src.data(), srs, scs, rows, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < drs; ++i) {
+          const float want = i < cols ? src[static_cast<size_t>(r * srs + i * scs)] : -1.0f;
+          ASSERT_EQ(dst[static_cast<size_t>(r * drs + i)], want)
+              << "stride " << scs << " cols " << cols << " row " << r << " col " << i;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dvm::vm::cpu

@@ -362,6 +362,11 @@ void BlockRunner::exec_data(const Instr& in) {
                            s.cs, rows, cols, args_.stream_stores);
         return;
       }
+      if (desc.dtype == DType::kF32 && in.ctype == CType::kF32 && s.cs != 1 && rows > 1) {
+        cpu::load_strided_f32_rows(reinterpret_cast<float*>(d.p), d.rs,
+                                   reinterpret_cast<const float*>(s.p), s.rs, s.cs, rows, cols);
+        return;
+      }
       for (int64_t r = 0; r < rows; ++r)
         cpu::load_convert(d.p + r * d.rs * es, desc.dtype, s.p + r * s.rs * ss, s.cs, cols);
       return;

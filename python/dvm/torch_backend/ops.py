@@ -973,21 +973,15 @@ def _windows(tr: Translator, x, kernel, stride, padding, dilation, value, dtype)
         parts = ([tr.fill(value, before, dtype)] if padding[i] else []) + [
             x, tr.fill(value, after, dtype)]
         x = tr.gb.concat(parts, dim)
-    split = tr.shape(x)[:first]
-    for i in range(nd):
-        split += [rows[i], stride[i]]
-    x = tr.gb.reshape(x, split)
     offsets = [[]]
     for k in kernel:
         offsets = [o + [j] for o in offsets for j in range(k)]
     for off in offsets:
         v = x
         for i, o in enumerate(off):
-            row, col = divmod(o * dilation[i], stride[i])
-            v = tr.gb.slice(v, first + 2 * i, row, row + out_spatial[i], 1)
-            v = tr.gb.slice(v, first + 2 * i + 1, col, col + 1, 1)
-        for i in reversed(range(nd)):
-            v = tr.gb.squeeze(v, first + 2 * i + 1)
+            start = o * dilation[i]
+            v = tr.gb.slice(v, first + i, start, start + (out_spatial[i] - 1) * stride[i] + 1,
+                            stride[i])
         yield v
 
 

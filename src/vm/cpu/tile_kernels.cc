@@ -212,6 +212,25 @@ void round_to_bf16(float* dst, const float* a, int ainc, int64_t n) {
   loop1(dst, a, ainc, n, round_bf16);
 }
 
+namespace {
+template <int64_t kStride>
+void strided_rows(float* dst, int64_t drs, const float* src, int64_t srs, int64_t scs, int64_t rows,
+                  int64_t cols) {
+  const int64_t step = kStride > 0 ? kStride : scs;  // a constant stride lets GCC vectorise
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * srs;
+    float* d = dst + r * drs;
+    for (int64_t i = 0; i < cols; ++i) d[i] = s[i * step];
+  }
+}
+}  // namespace
+
+void load_strided_f32_rows(float* dst, int64_t drs, const float* src, int64_t srs, int64_t scs,
+                           int64_t rows, int64_t cols) {
+  if (scs == 2) return strided_rows<2>(dst, drs, src, srs, scs, rows, cols);
+  strided_rows<0>(dst, drs, src, srs, scs, rows, cols);
+}
+
 void load_convert(void* dst, DType from, const void* src, int64_t sstride, int64_t n) {
   switch (compute_type(from)) {
     case CType::kF32: {

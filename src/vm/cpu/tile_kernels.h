@@ -96,6 +96,11 @@ void round_to_bf16(float* dst, const float* a, int ainc, int64_t n);
 // Memory <-> register with dtype conversion and any element stride (gather / scatter).
 // load: dst (compute type compute_type(from)) [i] = src[i * sstride]
 void load_convert(void* dst, DType from, const void* src, int64_t sstride, int64_t n);
+// A tile of f32 rows read with a column stride other than 1 (a strided slice: pooling windows,
+// x[..., ::2]): dst[r * drs + i] = src[r * srs + i * scs], all rows in one call (a call per
+// row of 16 elements cost more than its copies).
+void load_strided_f32_rows(float* dst, int64_t drs, const float* src, int64_t srs, int64_t scs,
+                           int64_t rows, int64_t cols);
 // store: dst[i * dstride] = convert(src[i * sinc]) from compute type compute_type(to)
 void store_convert(DType to, void* dst, int64_t dstride, const void* src, int sinc, int64_t n);
 
