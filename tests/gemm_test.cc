@@ -341,9 +341,10 @@ TEST(Gemm, Large) {
 }
 
 // Half inputs: the operands are rounded to f16 / bf16; the reference uses the rounded values.
-// skinny: through gemm_half_skinny (la must be kRowMajor, lb kTransposed).
+// skinny: through gemm_half_skinny (la must be kRowMajor, lb kTransposed); bt_in_place:
+// through gemm_half_bt_in_place (lb kTransposed).
 void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool accumulate,
-              std::mt19937& rng, bool skinny = false) {
+              std::mt19937& rng, bool skinny = false, bool bt_in_place = false) {
   Operand a = make_operand(m, k, la, rng);
   Operand b = make_operand(k, n, lb, rng);
   const auto to_bits = [t](float x) {
@@ -360,14 +361,19 @@ void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bo
   std::vector<float> c = c0;
   if (skinny) {
     gemm_half_skinny(t, m, n, k, ah.data(), a.rs, bh.data(), b.cs, c.data(), ldc, accumulate);
+  } else if (bt_in_place) {
+    EXPECT_EQ(b.rs, 1);
+    gemm_half_bt_in_place(t, m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.cs, c.data(), ldc,
+                          accumulate);
   } else {
     gemm_half(t, m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.rs, b.cs, c.data(), ldc, accumulate);
   }
   char what[160];
   std::snprintf(what, sizeof(what), "%s%s m=%lld n=%lld k=%lld A=%s B=%s acc=%d",
-                t == DType::kF16 ? "f16" : "bf16", skinny ? " skinny" : "",
-                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-                name(la), name(lb), accumulate ? 1 : 0);
+                t == DType::kF16 ? "f16" : "bf16",
+                skinny ? " skinny" : (bt_in_place ? " bt_in_place" : ""), static_cast<long long>(m),
+                static_cast<long long>(n), static_cast<long long>(k), name(la), name(lb),
+                accumulate ? 1 : 0);
   check(m, n, k, a, b, c0, c, ldc, accumulate, 1e-6, what);
 }
 
@@ -410,6 +416,62 @@ TEST(Gemm, HalfSkinny) {
       EXPECT_EQ(whole, rows) << (t == DType::kF16 ? "f16" : "bf16");
     }
   });
+}
+
+// gemm_half_bt_in_place: f16 / bf16 products with W^T, x's panels and W's blocks of rows
+// widened as they are packed, or (bf16 on a CPU with AVX512-BF16, an even K) multiplied as
+// pairs by VDPBF16PS: rows around the 32-row panels, W's rows around the 14-row blocks, K
+// around a 16-value step (odd: widened) and across 512-value blocks, A row-major or
+// transposed. Widened, the bits are those of gemm_f32_bt_in_place on the widened values, for
+// one x panel (the f32 path reads W in place there) and for many (it packs W too); either way
+// a product computed whole gives the bits of its rows computed 32 at a time.
+TEST(Gemm, HalfTransposedBReadInPlace) {
+  for (int dot : {0, 1}) {
+    set_bf16_dot_for_testing(dot);
+    if (dot == 1 && !gemm_bf16_dot_enabled()) break;  // the CPU has no AVX512-BF16
+    SCOPED_TRACE(dot ? "bf16 pairs" : "widened");
+    for_each_target([&] {
+      std::mt19937 rng(23);
+      for (DType t : {DType::kF16, DType::kBF16})
+        for (int64_t m : {5, 33, 100, 175})
+          for (int64_t n : {1, 15, 100})
+            for (int64_t k : {17, 1100})
+              for (Layout la : {Layout::kRowMajor, Layout::kTransposed})
+                run_half(t, m, n, k, la, Layout::kTransposed, (m + n + k) % 2 == 1, rng, false,
+                         true);
+      for (DType t : {DType::kF16, DType::kBF16}) {
+        const int64_t m = 150, n = 45, k = 1100;
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<uint16_t> x(m * k), w(n * k);
+        for (uint16_t& v : x) v = ops::f32_to_bf16_bits(dist(rng)) & 0x7bffu;  // valid f16 too
+        for (uint16_t& v : w) v = ops::f32_to_bf16_bits(dist(rng)) & 0x7bffu;
+        const auto widen = [t](const std::vector<uint16_t>& h) {
+          std::vector<float> f(h.size());
+          for (size_t i = 0; i < h.size(); ++i)
+            f[i] = t == DType::kF16 ? ops::f16_bits_to_f32(h[i]) : ops::bf16_bits_to_f32(h[i]);
+          return f;
+        };
+        const std::vector<float> xf = widen(x), wf = widen(w);
+        std::vector<float> half(m * n), f32(m * n), half_parts(m * n), f32_parts(m * n);
+        gemm_half_bt_in_place(t, m, n, k, x.data(), k, 1, w.data(), k, half.data(), n, false);
+        gemm_f32_bt_in_place(m, n, k, xf.data(), k, 1, wf.data(), k, f32.data(), n, false);
+        for (int64_t i0 = 0; i0 < m; i0 += 32) {
+          const int64_t rows = std::min<int64_t>(32, m - i0);
+          gemm_half_bt_in_place(t, rows, n, k, x.data() + i0 * k, k, 1, w.data(), k,
+                                half_parts.data() + i0 * n, n, false);
+          gemm_f32_bt_in_place(rows, n, k, xf.data() + i0 * k, k, 1, wf.data(), k,
+                               f32_parts.data() + i0 * n, n, false);
+        }
+        const char* tn = t == DType::kF16 ? "f16" : "bf16";
+        EXPECT_EQ(half, half_parts) << tn;
+        EXPECT_EQ(f32, f32_parts) << tn;
+        if (dot == 0 || t == DType::kF16) {
+          EXPECT_EQ(half, f32) << tn;
+        }
+      }
+    });
+  }
+  set_bf16_dot_for_testing(-1);
 }
 
 // bf16 around the AMX tile edges (16 rows, 32 K values, 32 x 32 blocks, 512-value K blocks of

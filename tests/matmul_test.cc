@@ -73,6 +73,27 @@ TEST(MatMul, StridedAndHalfInputs) {
   }
 }
 
+// f16 / bf16 linear layers (x @ W^T, W [N, K]) long enough in K for the GEMM to read W's rows
+// in place (widened as packed) where AMX does not run them: rows below and above a 32-row
+// panel and across several, batch 2 x S rows, and a second K block.
+TEST(MatMul, HalfLinearReadsWeightRows) {
+  std::mt19937 rng(21);
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    KernelBuilder kb("half_linear");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", t, {2, S, 600});
+    Value w = kb.load("w", t, {70, 600});
+    kb.store("y", kb.matmul(x, w, false, true));
+    Kernel k = kb.build().value();
+    const double rel = t == DType::kF16 ? 2e-3 : 1e-2;
+    for (int64_t s : {9, 17, 70}) {
+      expect_matches_reference(k,
+                               {make_buffer(t, {2, s, 600}, rng), make_buffer(t, {70, 600}, rng)},
+                               Tolerance{mm_tol(600).abs * 10, rel});
+    }
+  }
+}
+
 TEST(MatMul, FusedEpilogues) {
   std::mt19937 rng(3);
   KernelBuilder kb("mlp");

@@ -30,6 +30,8 @@ const EnvKnobs& env() {
     k.profile = flag("DVM_PROFILE");
     const char* amx = std::getenv("DVM_AMX");
     k.amx = amx == nullptr || std::strcmp(amx, "0") != 0;
+    const char* dot = std::getenv("DVM_BF16_DOT");
+    k.bf16_dot = dot == nullptr || std::strcmp(dot, "0") != 0;
     if (std::getenv("DVM_WEIGHT_CACHE_MB") != nullptr) {
       k.weight_cache_mb = integer("DVM_WEIGHT_CACHE_MB");
     }

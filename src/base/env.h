@@ -4,7 +4,8 @@
 // cache hits too (debugging aid); DVM_LAZY_DUMP=1 prints each graph a lazy-tensor flush compiles
 // (plan-cache misses) with its fusion report; DVM_WEIGHT_CACHE_MB=n sizes the packed-weight cache;
 // DVM_PROFILE=1 times every kernel launch and prints a table at exit (base/profile.h); DVM_AMX=0
-// keeps bf16 matmuls off the AMX tiles (vm/cpu/gemm_amx.h).
+// keeps bf16 matmuls off the AMX tiles (vm/cpu/gemm_amx.h); DVM_BF16_DOT=0 keeps them off
+// AVX512-BF16's dot products (vm/cpu/gemm.h), widened to f32 instead.
 #pragma once
 
 namespace dvm::base {
@@ -18,6 +19,7 @@ struct EnvKnobs {
   bool verify_always = false;  // DVM_VERIFY_ALWAYS=1: re-verify cached programs on every use
   bool profile = false;        // DVM_PROFILE=1: per-kernel launch times, printed at exit
   bool amx = true;             // DVM_AMX=0: bf16 matmuls without AMX tiles
+  bool bf16_dot = true;        // DVM_BF16_DOT=0: bf16 matmuls without VDPBF16PS
 };
 
 // Read once, on first use.

@@ -147,12 +147,16 @@ class BlockRunner {
     if (gemm_token_ == 0) gemm_token_ = next.fetch_add(1, std::memory_order_relaxed);
     return gemm_token_;
   }
-  bool skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows, int64_t ak) const;
+  // The GEMM's operands: A's row and K strides (a_rs, ak), B's K stride bk (and b.cs).
+  bool bf16_dot(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
+                int64_t a_rs, int64_t ak) const;
+  bool skinny(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
+              int64_t a_rs, int64_t ak) const;
   bool transposed_b_in_place(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
-                             int64_t rows) const;
+                             int64_t rows, int64_t a_rs, int64_t ak) const;
   int64_t product_rows(int64_t rows) const;
   const float* packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk, int64_t rows,
-                        int64_t ak);
+                        int64_t a_rs, int64_t ak);
   void exec_reduce_dot(const Instr& in);
   bool exec_map_reduce(int32_t pc);
   using ChainOps = ChainOperand[bc::kMaxChainBody][4];
@@ -1032,11 +1036,11 @@ void BlockRunner::exec_loop_of_chains(int32_t pc, int64_t begin, int64_t end) {
 // GEMM reads B in place anyway. The whole K x N matrix is packed (for this tile's batch
 // index): every tile of every call shares it.
 const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
-                                   int64_t rows, int64_t ak) {
+                                   int64_t rows, int64_t a_rs, int64_t ak) {
   if (args_.versions == nullptr || args_.versions[db.slot] == 0) return nullptr;
   if (cpu::gemm_half_on_amx(db.dtype)) return nullptr;
-  if (skinny(db, b, bk, rows, ak)) return nullptr;
-  if (transposed_b_in_place(db, b, k, bk, rows)) return nullptr;
+  if (skinny(db, b, k, bk, rows, a_rs, ak)) return nullptr;
+  if (transposed_b_in_place(db, b, k, bk, rows, a_rs, ak)) return nullptr;
   static const int64_t panel_cols = cpu::gemm_micro_tile().n;
   const int col = lp_.col_axis;
   const int64_t j0 = col >= 0 ? ivar_[col] : 0;
@@ -1062,18 +1066,29 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
 
 // Reads B^T in place (gemm_f32_skinny, gemm_half_skinny)? Decided by the whole product's rows
 // (the row axis's extent), not the tile's, so that every thread count sums in the same order.
-bool BlockRunner::skinny(const bc::Descriptor& db, const Ref& b, int64_t bk, int64_t rows,
-                         int64_t ak) const {
+bool BlockRunner::skinny(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
+                         int64_t rows, int64_t a_rs, int64_t ak) const {
   const int64_t m = product_rows(rows);
   if (db.dtype == DType::kF32) return cpu::gemm_skinny_in_place(m, ak, bk, b.cs);
+  if (bf16_dot(db, b, k, bk, rows, a_rs, ak)) return false;
   return cpu::gemm_half_skinny_in_place(db.dtype, m, ak, bk, b.cs);
 }
 
-// Reads an f32 B^T in place with the role-swapped kernel (gemm_f32_bt_in_place)? Also by the
-// whole product's rows.
+// A bf16 B^T multiplied by VDPBF16PS (cpu::gemm_bf16_dot_fits), by the whole product's rows.
+bool BlockRunner::bf16_dot(const bc::Descriptor& db, const Ref& b, int64_t k, int64_t bk,
+                           int64_t rows, int64_t a_rs, int64_t ak) const {
+  return cpu::gemm_bf16_dot_fits(db.dtype, product_rows(rows), k, a_rs, ak, bk, b.cs);
+}
+
+// Reads B^T in place with the role-swapped kernel (gemm_f32_bt_in_place, gemm_half_bt_in_place)?
+// Also by the whole product's rows.
 bool BlockRunner::transposed_b_in_place(const bc::Descriptor& db, const Ref& b, int64_t k,
-                                        int64_t bk, int64_t rows) const {
-  return db.dtype == DType::kF32 && cpu::gemm_f32_reads_b_in_place(product_rows(rows), k, bk, b.cs);
+                                        int64_t bk, int64_t rows, int64_t a_rs, int64_t ak) const {
+  if (db.dtype == DType::kF32) {
+    return cpu::gemm_f32_reads_b_in_place(product_rows(rows), k, bk, b.cs);
+  }
+  return bf16_dot(db, b, k, bk, rows, a_rs, ak) ||
+         cpu::gemm_half_reads_b_in_place(db.dtype, product_rows(rows), k, bk, b.cs);
 }
 
 // The rows of the whole product (the row axis's extent), at least a tile's.
@@ -1093,7 +1108,7 @@ void BlockRunner::exec_matmul(const Instr& in) {
   int64_t rows = rows_of(in.cls), cols = cols_of(in.cls);
   int64_t ak = da.stride[in.aux], bk = db.stride[in.aux];
   auto* c = reinterpret_cast<float*>(d.p);
-  if (const float* panels = packed_b(db, b, k, bk, rows, ak)) {
+  if (const float* panels = packed_b(db, b, k, bk, rows, a.rs, ak)) {
     const cpu::PackedB pb{panels, k};
     if (da.dtype == DType::kF32) {
       cpu::gemm_f32_packed(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
@@ -1104,10 +1119,10 @@ void BlockRunner::exec_matmul(const Instr& in) {
     }
     return;
   }
-  if (da.dtype == DType::kF32 && skinny(db, b, bk, rows, ak)) {
+  if (da.dtype == DType::kF32 && skinny(db, b, k, bk, rows, a.rs, ak)) {
     cpu::gemm_f32_skinny(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs,
                          reinterpret_cast<const float*>(b.p), b.cs, c, d.rs, false);
-  } else if (da.dtype == DType::kF32 && transposed_b_in_place(db, b, k, bk, rows)) {
+  } else if (da.dtype == DType::kF32 && transposed_b_in_place(db, b, k, bk, rows, a.rs, ak)) {
     // An A no instruction writes is the same memory for the whole launch: the tiles along N of
     // one row block, run one after another here, pack it once.
     const uint64_t token = lp_.desc_read_only[in.a.index] ? gemm_token() : 0;
@@ -1116,9 +1131,14 @@ void BlockRunner::exec_matmul(const Instr& in) {
   } else if (da.dtype == DType::kF32) {
     cpu::gemm_f32(rows, cols, k, reinterpret_cast<const float*>(a.p), a.rs, ak,
                   reinterpret_cast<const float*>(b.p), bk, b.cs, c, d.rs, false);
-  } else if (skinny(db, b, bk, rows, ak)) {
+  } else if (skinny(db, b, k, bk, rows, a.rs, ak)) {
     cpu::gemm_half_skinny(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs,
                           reinterpret_cast<const uint16_t*>(b.p), b.cs, c, d.rs, false);
+  } else if (transposed_b_in_place(db, b, k, bk, rows, a.rs, ak)) {
+    const uint64_t token = lp_.desc_read_only[in.a.index] ? gemm_token() : 0;
+    cpu::gemm_half_bt_in_place(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p),
+                               a.rs, ak, reinterpret_cast<const uint16_t*>(b.p), b.cs, c, d.rs,
+                               false, token);
   } else {
     cpu::gemm_half(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs, ak,
                    reinterpret_cast<const uint16_t*>(b.p), bk, b.cs, c, d.rs, false);

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,11 @@
 #include <type_traits>
 #include <utility>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
+#include "base/env.h"
 #include "ops/scalar_ops.h"
 #include "vm/cpu/avx512_transpose.h"
 #include "vm/cpu/gemm_amx.h"
@@ -40,13 +46,15 @@ float* scratch(int slot, size_t floats);
 // that x is unchanged while the token is) and x's address, strides and shape.
 struct KeptX {
   uint64_t token = 0;  // 0: nothing kept
-  const float* a = nullptr;
+  const void* a = nullptr;
   ptrdiff_t a_rs = 0, a_cs = 0;
-  size_t m = 0, k = 0;
+  size_t m = 0, k = 0, elem_bytes = 0;
   bool operator==(const KeptX&) const = default;
 };
 #endif
 KeptX& kept_x();
+// The CPU has AVX512-BF16 and DVM_BF16_DOT is not 0 (or a test's override says so).
+bool bf16_dot_enabled();
 }  // namespace dvm::vm::cpu::gemm_detail
 
 #undef HWY_TARGET_INCLUDE
@@ -237,11 +245,28 @@ struct ConvBF16 {
 };
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Up to 16 consecutive elements (mask: which) as f32, the others zero: f32, bf16 or f16. (GCC
+// 12 warns about the intrinsics' deliberately undefined lanes where they are inlined.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+HWY_INLINE __m512 LoadRow16(ConvF32, __mmask16 mask, const float* p) {
+  return _mm512_maskz_loadu_ps(mask, p);
+}
+HWY_INLINE __m512 LoadRow16(ConvBF16, __mmask16 mask, const uint16_t* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+HWY_INLINE __m512 LoadRow16(ConvF16, __mmask16 mask, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+}
+#pragma GCC diagnostic pop
+
 // panel[p * kWidth + off + r] = src[r * rs + p] for r < rows <= 16, p < kc: 16 x 16 blocks
 // transposed in registers. Missing rows read as zero; stores cover `lanes` >= rows lanes (B
 // panels store their zero padding with them, A panels exactly their rows), never past them.
-template <size_t kWidth>
-HWY_INLINE void PackRows16(size_t rows, size_t lanes, size_t kc, const float* src, ptrdiff_t rs,
+// Half-precision rows (bf16 / f16 bits, Conv says which) are widened to f32 as they are read.
+template <size_t kWidth, class Conv = ConvF32, typename T = float>
+HWY_INLINE void PackRows16(size_t rows, size_t lanes, size_t kc, const T* src, ptrdiff_t rs,
                            float* HWY_RESTRICT panel) {
   const __mmask16 store_mask = static_cast<__mmask16>((1u << lanes) - 1);
   __m512 v[16];
@@ -249,7 +274,7 @@ HWY_INLINE void PackRows16(size_t rows, size_t lanes, size_t kc, const float* sr
     const size_t n = std::min<size_t>(16, kc - p);
     const __mmask16 load_mask = static_cast<__mmask16>((1u << n) - 1);
     for (size_t r = 0; r < 16; ++r) {
-      v[r] = r < rows ? _mm512_maskz_loadu_ps(load_mask, src + static_cast<ptrdiff_t>(r) * rs + p)
+      v[r] = r < rows ? LoadRow16(Conv(), load_mask, src + static_cast<ptrdiff_t>(r) * rs + p)
                       : _mm512_setzero_ps();
     }
     Transpose16x16(v);
@@ -261,15 +286,15 @@ HWY_INLINE void PackRows16(size_t rows, size_t lanes, size_t kc, const float* sr
 // One panel of width kWidth (kMR: A; kNR: a transposed B) from `rows` <= kWidth f32 rows
 // contiguous along p (row r at src + r * rs). A panels get exactly their rows; B panels are
 // zero-padded to kWidth columns.
-template <size_t kWidth = kMR>
-HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const float* src, ptrdiff_t rs,
+template <size_t kWidth = kMR, class Conv = ConvF32, typename T = float>
+HWY_INLINE void PackRowsF32(size_t rows, size_t kc, const T* src, ptrdiff_t rs,
                             float* HWY_RESTRICT panel) {
   constexpr bool kPad = kWidth == kNR;
   for (size_t r0 = 0; r0 < kWidth; r0 += 16) {
     const size_t n = rows > r0 ? std::min<size_t>(16, rows - r0) : 0;
     if (n == 0 && !kPad) break;
-    PackRows16<kWidth>(n, kPad ? std::min<size_t>(16, kWidth - r0) : n, kc,
-                       src + static_cast<ptrdiff_t>(r0) * rs, rs, panel + r0);
+    PackRows16<kWidth, Conv>(n, kPad ? std::min<size_t>(16, kWidth - r0) : n, kc,
+                             src + static_cast<ptrdiff_t>(r0) * rs, rs, panel + r0);
   }
 }
 
@@ -354,13 +379,13 @@ const std::array<KernelWtFn, kWtCols> kKernelsWt[2] = {
 // vbroadcastss and two FMAs take three. The second use of each value reads it through an
 // alias the compiler cannot see through, or it would load it once and broadcast it apart.
 // The packed rows come from L2: each step prefetches the line 16 steps ahead into L1 (without
-// it the first FMA of a step took 10% of the kernel's samples, waiting). pf, pf_rs, pf_rows:
-// the next rows of W to prefetch into L2, as KernelWt's; without them the loop runs two steps
-// per trip.
+// it the first FMA of a step took 10% of the kernel's samples, waiting). pf, pf_rs (bytes),
+// pf_rows: the next rows of W to prefetch into L2, as KernelWt's; without them the loop runs
+// two steps per trip.
 template <size_t kCols, size_t kVecs>
 HWY_NOINLINE void KernelWtPacked(size_t kc, const float* HWY_RESTRICT xp, const float* wp,
                                  float* HWY_RESTRICT c, ptrdiff_t ldc, bool add, size_t rows,
-                                 const float* pf, ptrdiff_t pf_rs, size_t pf_rows) {
+                                 const char* pf, ptrdiff_t pf_rs, size_t pf_rows) {
   const DF d;
   VF acc[kVecs][kCols];
 #pragma GCC unroll 16
@@ -391,7 +416,7 @@ HWY_NOINLINE void KernelWtPacked(size_t kc, const float* HWY_RESTRICT xp, const 
   for (; p < kc; ++p) {
     step(0);
     if ((p & 15) < pf_rows) {
-      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * pf_rs + (p >> 4) * 16, 0, 2);
+      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * pf_rs + (p >> 4) * 64, 0, 2);
     }
     __builtin_prefetch(wp + 16 * kN, 0, 3);
     xp += kWtRows;
@@ -401,7 +426,7 @@ HWY_NOINLINE void KernelWtPacked(size_t kc, const float* HWY_RESTRICT xp, const 
 }
 
 using KernelWtPackedFn = void (*)(size_t, const float*, const float*, float*, ptrdiff_t, bool,
-                                  size_t, const float*, ptrdiff_t, size_t);
+                                  size_t, const char*, ptrdiff_t, size_t);
 template <size_t kVecs, size_t... I>
 constexpr std::array<KernelWtPackedFn, sizeof...(I)> MakeKernelsWtPacked(
     std::index_sequence<I...>) {
@@ -410,6 +435,54 @@ constexpr std::array<KernelWtPackedFn, sizeof...(I)> MakeKernelsWtPacked(
 const std::array<KernelWtPackedFn, kWtCols> kKernelsWtPacked[2] = {
     MakeKernelsWtPacked<1>(std::make_index_sequence<kWtCols>()),
     MakeKernelsWtPacked<2>(std::make_index_sequence<kWtCols>()),
+};
+
+// KernelWtPacked for bf16 x and W on CPUs with AVX512-BF16 (Zen 4 and later, Cooper Lake,
+// Sapphire Rapids): each 32-bit element of the x panel and of the packed W rows is a pair of
+// bf16 values adjacent along K, and VDPBF16PS adds both products of a pair to an f32 lane,
+// twice the work of an FMA per instruction, with no widening. kc counts pairs. Per the ISA,
+// each lane computes acc + x[2q+1] w[2q+1] + x[2q] w[2q] (bf16 products are exact in f32;
+// the two sums rounded to nearest even) with denormal inputs and results flushed to zero.
+#define DVM_BF16_DOT __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+template <size_t kCols, size_t kVecs>
+DVM_BF16_DOT HWY_NOINLINE void KernelWtPackedDot(size_t kc, const float* HWY_RESTRICT xp,
+                                                 const float* wp, float* HWY_RESTRICT c,
+                                                 ptrdiff_t ldc, bool add, size_t rows,
+                                                 const char* pf, ptrdiff_t pf_rs, size_t pf_rows) {
+  VF acc[kVecs][kCols];
+#pragma GCC unroll 16
+  for (size_t j = 0; j < kCols; ++j) {
+    for (size_t h = 0; h < kVecs; ++h) acc[h][j].raw = _mm512_setzero_ps();
+  }
+  for (size_t p = 0; p < kc; ++p) {
+    const float* wq = wp;
+    asm("" : "+r"(wq));  // same address, another name: keeps the second load (KernelWtPacked)
+    const __m512bh x0 = (__m512bh)_mm512_load_ps(xp);
+    const __m512bh x1 = (__m512bh)_mm512_load_ps(xp + kN);
+#pragma GCC unroll 16
+    for (size_t j = 0; j < kCols; ++j) {
+      acc[0][j].raw = _mm512_dpbf16_ps(acc[0][j].raw, x0, (__m512bh)_mm512_set1_ps(wp[j]));
+      if constexpr (kVecs == 2) {
+        acc[1][j].raw = _mm512_dpbf16_ps(acc[1][j].raw, x1, (__m512bh)_mm512_set1_ps(wq[j]));
+      }
+    }
+    if ((p & 15) < pf_rows) {
+      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * pf_rs + (p >> 4) * 64, 0, 2);
+    }
+    __builtin_prefetch(wp + 16 * kN, 0, 3);
+    xp += kWtRows;
+    wp += kN;
+  }
+  StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
+}
+template <size_t kVecs, size_t... I>
+constexpr std::array<KernelWtPackedFn, sizeof...(I)> MakeKernelsWtPackedDot(
+    std::index_sequence<I...>) {
+  return {&KernelWtPackedDot<I + 1, kVecs>...};
+}
+const std::array<KernelWtPackedFn, kWtCols> kKernelsWtPackedDot[2] = {
+    MakeKernelsWtPackedDot<1>(std::make_index_sequence<kWtCols>()),
+    MakeKernelsWtPackedDot<2>(std::make_index_sequence<kWtCols>()),
 };
 
 // K block of the in-place kernel: 14 rows of W (28 KiB) stay in L1 while the x panel streams
@@ -431,21 +504,25 @@ constexpr size_t kWtMaxProductRows = 288;
 // Fewest x panels (32 rows each) for which GemmWt packs W's rows (WtBlockPacked).
 constexpr size_t kWtPackMinPanels = 4;
 
-// x's rows [0, m) and its columns [pc, pc + kc) as 32-row panels (k-major, rows past m zero).
-void PackXBlock(size_t m, size_t kc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs, float* xbuf) {
+// x's rows [0, m) and its columns [pc, pc + kc) as 32-row panels (k-major, rows past m zero),
+// f32 (halves widened).
+template <class Conv, typename T>
+void PackXBlock(size_t m, size_t kc, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, float* xbuf) {
   const size_t panels = (m + kWtRows - 1) / kWtRows;
+  const Conv conv;
   for (size_t ip = 0; ip < panels; ++ip) {
     const size_t rows = std::min(kWtRows, m - ip * kWtRows);
-    const float* src = a + static_cast<ptrdiff_t>(ip * kWtRows) * a_rs;
+    const T* src = a + static_cast<ptrdiff_t>(ip * kWtRows) * a_rs;
     float* panel = xbuf + ip * kWtRows * kc;
     if (a_cs == 1) {
-      PackRowsF32<kWtRows>(rows, kc, src, a_rs, panel);  // zero-pads rows past m
+      PackRowsF32<kWtRows, Conv>(rows, kc, src, a_rs, panel);  // zero-pads rows past m
     } else {
       for (size_t p = 0; p < kc; ++p) {
         for (size_t r = 0; r < kWtRows; ++r) {
           panel[p * kWtRows + r] =
-              r < rows ? src[static_cast<ptrdiff_t>(r) * a_rs + static_cast<ptrdiff_t>(p) * a_cs]
-                       : 0.0f;
+              r < rows
+                  ? conv(src[static_cast<ptrdiff_t>(r) * a_rs + static_cast<ptrdiff_t>(p) * a_cs])
+                  : 0.0f;
         }
       }
     }
@@ -458,11 +535,12 @@ size_t WtPanelFloats(size_t m, size_t k) {
 }
 
 // One K block of GemmWt: C (+)= the x panels at xbuf (m rows, kc steps) times W's rows j < n
-// (row j at w + j * w_rs, kc floats from w on).
-struct WtBlock {
+// (row j at w + j * w_rs, kc elements from w on: f32, or bf16 / f16 bits).
+template <typename T>
+struct WtBlockOf {
   size_t m, n, kc;
   const float* xbuf;
-  const float* w;
+  const T* w;
   ptrdiff_t w_rs;
   float* c;
   ptrdiff_t ldc;
@@ -470,7 +548,7 @@ struct WtBlock {
   size_t panels() const { return (m + kWtRows - 1) / kWtRows; }
   size_t rows(size_t ip) const { return std::min(kWtRows, m - ip * kWtRows); }
   const float* x(size_t ip) const { return xbuf + ip * kWtRows * kc; }
-  const float* w_row(size_t j) const { return w + static_cast<ptrdiff_t>(j) * w_rs; }
+  const T* w_row(size_t j) const { return w + static_cast<ptrdiff_t>(j) * w_rs; }
   float* c_at(size_t ip, size_t j) const {
     return c + static_cast<ptrdiff_t>(ip * kWtRows) * ldc + static_cast<ptrdiff_t>(j);
   }
@@ -479,6 +557,7 @@ struct WtBlock {
     return j0 + kWtCols < n ? std::min(kWtCols, n - j0 - kWtCols) : 0;
   }
 };
+using WtBlock = WtBlockOf<float>;
 
 // W's rows read in place (up to three x panels; more take WtBlockPacked). One x panel against
 // every block of W's rows, then the next panel: the x panel (32 values per step) is the wider
@@ -526,16 +605,23 @@ void WtBlockCopied(const WtBlock& b) {
 // kWtPackMinPanels panels on: at two threads with W from memory, M = 128 runs 15-17% faster
 // (2048 x 8192 either way; 8 - 10% at 768 x 768), M = 96 even; at M = 64 the packing costs
 // more than it saves.
-void WtBlockPacked(const WtBlock& b) {
+// Half-precision W (bf16 / f16 bits) always takes this path: its rows are widened to f32 as
+// they are packed.
+// kDot: T is float, each element a pair of bf16 values (KernelWtPackedDot).
+template <class Conv, typename T, bool kDot = false>
+void WtBlockPacked(const WtBlockOf<T>& b) {
+  const auto& kernels = kDot ? kKernelsWtPackedDot : kKernelsWtPacked;
   float* packed = gemm_detail::scratch(1, (b.n + kWtCols - 1) / kWtCols * kN * b.kc);
+  const ptrdiff_t pf_rs = b.w_rs * static_cast<ptrdiff_t>(sizeof(T));
   for (size_t ip = 0; ip < b.panels(); ++ip) {
     for (size_t j0 = 0; j0 < b.n; j0 += kWtCols) {
       const size_t cols = std::min(kWtCols, b.n - j0);
       float* panel = packed + j0 / kWtCols * kN * b.kc;
-      if (ip == 0) PackRows16<kN>(cols, kN, b.kc, b.w_row(j0), b.w_rs, panel);
-      kKernelsWtPacked[b.rows(ip) > kN ? 1 : 0][cols - 1](
-          b.kc, b.x(ip), panel, b.c_at(ip, j0), b.ldc, b.add, b.rows(ip), b.w_row(j0 + kWtCols),
-          b.w_rs, ip == 0 ? b.next_rows(j0) : 0);
+      if (ip == 0) PackRows16<kN, Conv>(cols, kN, b.kc, b.w_row(j0), b.w_rs, panel);
+      kernels[b.rows(ip) > kN ? 1 : 0][cols - 1](
+          b.kc, b.x(ip), panel, b.c_at(ip, j0), b.ldc, b.add, b.rows(ip),
+          reinterpret_cast<const char*>(b.w_row(j0 + kWtCols)), pf_rs,
+          ip == 0 ? b.next_rows(j0) : 0);
     }
   }
 }
@@ -545,22 +631,25 @@ void WtBlockPacked(const WtBlock& b) {
 // (WtPanelFloats), already packed (`packed`) or to be packed there; null: packed block by block
 // into scratch. Every path computes each output's FMAs in the same order: the bits do not
 // depend on the path.
-void GemmWt(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
-            const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate, float* kept,
-            bool packed) {
+template <class Conv, typename T, bool kDot>
+void GemmWt(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const T* w,
+            ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate, float* kept, bool packed) {
   const size_t kblocks = (k + kWtKC - 1) / kWtKC;
   const size_t kc_max = (k + kblocks - 1) / kblocks;
   const size_t panels = (m + kWtRows - 1) / kWtRows;
   float* block_buf = kept ? nullptr : gemm_detail::scratch(0, panels * kWtRows * kc_max);
-  const auto block = panels >= kWtPackMinPanels ? &WtBlockPacked
-                     : RowsSpreadInL1(w_rs)     ? &WtBlockInPlace
-                                                : &WtBlockCopied;
+  void (*block)(const WtBlockOf<T>&) = &WtBlockPacked<Conv, T, kDot>;
+  if constexpr (std::is_same_v<T, float> && !kDot) {
+    if (panels < kWtPackMinPanels) block = RowsSpreadInL1(w_rs) ? &WtBlockInPlace : &WtBlockCopied;
+  }
   for (size_t pc = 0; pc < k; pc += kc_max) {
     const size_t kc = std::min(kc_max, k - pc);
     float* xbuf = kept ? kept + panels * kWtRows * pc : block_buf;
-    if (!packed) PackXBlock(m, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, xbuf);
-    block(WtBlock{m, n, kc, xbuf, w + static_cast<ptrdiff_t>(pc), w_rs, c, ldc,
-                  accumulate || pc > 0});
+    if (!packed) {
+      PackXBlock<Conv>(m, kc, a + static_cast<ptrdiff_t>(pc) * a_cs, a_rs, a_cs, xbuf);
+    }
+    block(WtBlockOf<T>{m, n, kc, xbuf, w + static_cast<ptrdiff_t>(pc), w_rs, c, ldc,
+                       accumulate || pc > 0});
   }
 }
 
@@ -580,8 +669,9 @@ constexpr size_t kKeptXMaxFloats = size_t{2} << 20;
 // strides and shape; the x panels packed then are read again. The VM's tiles of one row
 // block over N (512 columns each) repacked x once per tile: a linear layer of 232 rows and
 // 3072 outputs packed x six times.
-void GemmWtRows(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
-                const float* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate,
+template <class Conv, typename T, bool kDot = false>
+void GemmWtRows(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                const T* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate,
                 uint64_t token) {
   if (m == 0 || n == 0) return;
   const size_t chunks = (m + kWtMaxRows - 1) / kWtMaxRows;
@@ -589,7 +679,7 @@ void GemmWtRows(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, pt
   float* kept = nullptr;
   bool packed = false;
   if (token != 0 && k > 0 && (chunks * WtPanelFloats(mc, k) <= kKeptXMaxFloats)) {
-    const gemm_detail::KeptX key{token, a, a_rs, a_cs, m, k};
+    const gemm_detail::KeptX key{token, a, a_rs, a_cs, m, k, sizeof(T)};
     gemm_detail::KeptX& held = gemm_detail::kept_x();
     kept = gemm_detail::scratch(3, chunks * WtPanelFloats(mc, k));
     packed = held == key;
@@ -597,8 +687,8 @@ void GemmWtRows(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_rs, pt
   }
   for (size_t i0 = 0; i0 < m; i0 += mc) {
     const size_t rows = std::min(mc, m - i0);
-    GemmWt(rows, n, k, a + static_cast<ptrdiff_t>(i0) * a_rs, a_rs, a_cs, w, w_rs,
-           c + static_cast<ptrdiff_t>(i0) * ldc, ldc, accumulate, kept, packed);
+    GemmWt<Conv, T, kDot>(rows, n, k, a + static_cast<ptrdiff_t>(i0) * a_rs, a_rs, a_cs, w, w_rs,
+                          c + static_cast<ptrdiff_t>(i0) * ldc, ldc, accumulate, kept, packed);
     if (kept) kept += WtPanelFloats(rows, k);
   }
 }
@@ -676,6 +766,14 @@ void PackA(const Panels& pan, size_t kc, const T* a, ptrdiff_t rs, ptrdiff_t cs,
       }
     }
 #endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (!std::is_same_v<T, float>) {  // halves widened in 16 x 16 blocks
+      if (cs == 1) {
+        PackRowsF32<kMR, Conv>(rows, kc, src, rs, panel);
+        continue;
+      }
+    }
+#endif
     if (std::abs(cs) <= std::abs(rs) && cs != 0) {
       // Rows contiguous (or nearly): read along p.
       for (size_t r = 0; r < rows; ++r) {
@@ -719,6 +817,14 @@ void PackB(size_t kc, size_t n, const T* b, ptrdiff_t rs, ptrdiff_t cs, float* H
     if constexpr (std::is_same_v<T, float>) {
       if (rs == 1) {  // a transposed B (linear weights [N, K]): columns contiguous along p
         PackRowsF32<kNR>(cols, kc, src, cs, panel);  // zero-pads the columns past n
+        continue;
+      }
+    }
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (!std::is_same_v<T, float>) {  // halves widened in 16 x 16 blocks
+      if (rs == 1) {
+        PackRowsF32<kNR, Conv>(cols, kc, src, cs, panel);
         continue;
       }
     }
@@ -990,11 +1096,44 @@ void GemmF32TransposedBInPlace(int64_t m, int64_t n, int64_t k, const float* a, 
                                int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
                                bool accumulate, uint64_t a_token) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (k > 0) return GemmWtRows(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
+  if (k > 0) {
+    return GemmWtRows<ConvF32>(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
+  }
 #else
   (void)a_token;
 #endif
   GemmImpl<float>(m, n, k, a, a_rs, a_cs, b, 1, b_cs, c, ldc, accumulate, ConvF32());
+}
+
+// Can x's and W's rows be read as pairs of bf16 values along K (KernelWtPackedDot)? An even K
+// and even row strides, so that no pair straddles two rows (gemm_bf16_dot_fits).
+inline bool BF16PairsFit(int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_cs) {
+  return k % 2 == 0 && a_cs == 1 && a_rs % 2 == 0 && b_cs % 2 == 0;
+}
+
+void GemmHalfTransposedBInPlace(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                                int64_t a_rs, int64_t a_cs, const uint16_t* b, int64_t b_cs,
+                                float* c, int64_t ldc, bool accumulate, uint64_t a_token) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (k > 0) {
+    if (in_type == DType::kF16) {
+      return GemmWtRows<ConvF16>(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
+    }
+    if (gemm_detail::bf16_dot_enabled() && BF16PairsFit(k, a_rs, a_cs, b_cs)) {
+      // bf16 pairs along K as 32-bit elements: the f32 machinery over k / 2 steps.
+      return GemmWtRows<ConvF32, float, true>(m, n, k / 2, reinterpret_cast<const float*>(a),
+                                              a_rs / 2, 1, reinterpret_cast<const float*>(b),
+                                              b_cs / 2, c, ldc, accumulate, a_token);
+    }
+    return GemmWtRows<ConvBF16>(m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
+  }
+#else
+  (void)a_token;
+#endif
+  if (in_type == DType::kF16) {
+    return GemmImpl<uint16_t>(m, n, k, a, a_rs, a_cs, b, 1, b_cs, c, ldc, accumulate, ConvF16());
+  }
+  GemmImpl<uint16_t>(m, n, k, a, a_rs, a_cs, b, 1, b_cs, c, ldc, accumulate, ConvBF16());
 }
 
 void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
@@ -1086,6 +1225,7 @@ using namespace dvm::ops;  // NOLINT
 HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmReadsTransposedBInPlace);
 HWY_EXPORT(GemmF32TransposedBInPlace);
+HWY_EXPORT(GemmHalfTransposedBInPlace);
 HWY_EXPORT(GemmF32Skinny);
 HWY_EXPORT(GemmHalfSkinny);
 HWY_EXPORT(GemmHalf);
@@ -1119,6 +1259,26 @@ float* scratch(int slot, size_t floats) {
 KeptX& kept_x() {
   thread_local KeptX kept;
   return kept;
+}
+
+namespace {
+std::atomic<int> bf16_dot_override{-1};
+
+bool detect_bf16_dot() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (eax & (1u << 5)) != 0 && hwy::SupportedTargets() & HWY_AVX3;  // AVX512_BF16
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+bool bf16_dot_enabled() {
+  static const bool available = base::env().bf16_dot && detect_bf16_dot();
+  const int forced = bf16_dot_override.load(std::memory_order_relaxed);
+  return forced < 0 ? available : forced != 0 && detect_bf16_dot();
 }
 
 }  // namespace gemm_detail
@@ -1163,6 +1323,21 @@ void gemm_half(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a
   (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 }
 
+void set_bf16_dot_for_testing(int enabled) {
+  gemm_detail::bf16_dot_override.store(enabled, std::memory_order_relaxed);
+}
+
+bool gemm_bf16_dot_enabled() {
+  return gemm_detail::bf16_dot_enabled();
+}
+
+bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
+                        int64_t b_rs, int64_t b_cs) {
+  return in_type == DType::kBF16 && m_total >= kBf16DotMinRows && b_rs == 1 && k >= 2 &&
+         k % 2 == 0 && a_cs == 1 && a_rs % 2 == 0 && b_cs % 2 == 0 && !gemm_half_on_amx(in_type) &&
+         gemm_detail::bf16_dot_enabled();
+}
+
 bool gemm_half_on_amx(DType in_type) {
   return in_type == DType::kBF16 && amx_bf16_enabled();
 }
@@ -1202,6 +1377,14 @@ void gemm_f32_bt_in_place(int64_t m, int64_t n, int64_t k, const float* a, int64
                           bool accumulate, uint64_t a_token) {
   HWY_DYNAMIC_DISPATCH(GemmF32TransposedBInPlace)
   (m, n, k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
+}
+
+void gemm_half_bt_in_place(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                           int64_t a_rs, int64_t a_cs, const uint16_t* b, int64_t b_cs, float* c,
+                           int64_t ldc, bool accumulate, uint64_t a_token) {
+  if (m <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmHalfTransposedBInPlace)
+  (in_type, m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_cs, c, ldc, accumulate, a_token);
 }
 
 GemmTile gemm_preferred_tile() {

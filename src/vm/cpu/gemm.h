@@ -79,6 +79,33 @@ bool gemm_f32_reads_b_in_place(int64_t m_total, int64_t k, int64_t b_rs, int64_t
 void gemm_f32_bt_in_place(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs,
                           int64_t a_cs, const float* b, int64_t b_cs, float* c, int64_t ldc,
                           bool accumulate, uint64_t a_token = 0);
+// The same for f16 / bf16 A and B (f32 C) where AMX does not run them (gemm_half_on_amx): x's
+// panels and W's blocks of rows are widened to f32 as they are packed, so W is neither
+// converted as a whole per call nor kept as an f32 copy. bf16 products on CPUs with
+// AVX512-BF16 (gemm_bf16_dot_enabled), an even K and even row strides are not widened: pairs
+// of values along K are multiplied by VDPBF16PS (see docs/numerics.md: denormals flush to
+// zero). Taken under the same condition (gemm_half_reads_b_in_place).
+inline bool gemm_half_reads_b_in_place(DType in_type, int64_t m_total, int64_t k, int64_t b_rs,
+                                       int64_t b_cs) {
+  return (in_type == DType::kF16 || in_type == DType::kBF16) && !gemm_half_on_amx(in_type) &&
+         gemm_f32_reads_b_in_place(m_total, k, b_rs, b_cs);
+}
+void gemm_half_bt_in_place(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                           int64_t a_rs, int64_t a_cs, const uint16_t* b, int64_t b_cs, float* c,
+                           int64_t ldc, bool accumulate, uint64_t a_token = 0);
+// The CPU has AVX512-BF16 and DVM_BF16_DOT is not 0. Tests force the choice with
+// set_bf16_dot_for_testing: 0 off, 1 on where the CPU has it, -1 back to the default.
+bool gemm_bf16_dot_enabled();
+void set_bf16_dot_for_testing(int enabled);
+// Does gemm_half_bt_in_place multiply this bf16 product with VDPBF16PS? Then it takes that path
+// for any rows and K, also where gemm_half_reads_b_in_place would not: measured one thread on
+// a Zen 5, 385-415 GF/s against 175-230 for the widened paths (M = 48-1024, K = 64-4096), and
+// from 7 rows on faster than the skinny path (M = 8: 2.6 against 3.0 ms, M = 16: 2.4 / 4.4;
+// M = 4: 2.4 / 2.0), so the skinny path keeps up to kBf16DotMinRows - 1 rows. By the whole
+// product's rows m_total, as every path choice.
+constexpr int64_t kBf16DotMinRows = 7;
+bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
+                        int64_t b_rs, int64_t b_cs);
 
 // Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
 // the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
