@@ -391,31 +391,38 @@ TEST(Gemm, Half) {
 }
 
 // gemm_half_skinny: decode-sized f16 / bf16 products with W^T read in place, widened to f32
-// as they are read: rows of x around the 4-row groups, W's rows around the 4-row groups, K
+// as they are read (bf16 on AVX512-BF16: multiplied as pairs, K around its 32-value steps):
+// rows of x around the 4-row groups, W's rows around the 4-row groups, K
 // around a vector (16 lanes) with its scalar tail; and rows computed together give the bits of
 // each row computed alone (the order of an output's sum does not depend on m).
 TEST(Gemm, HalfSkinny) {
-  for_each_target([&] {
-    std::mt19937 rng(19);
-    for (DType t : {DType::kF16, DType::kBF16}) {
-      for (int64_t m : {1, 3, 4, 5, 16})
-        for (int64_t n : {1, 3, 4, 7, 33})
-          for (int64_t k : {1, 15, 16, 17, 291})
-            run_half(t, m, n, k, Layout::kRowMajor, Layout::kTransposed, (m + n + k) % 2 == 0, rng,
-                     true);
-      const int64_t m = 16, n = 37, k = 300;
-      std::vector<uint16_t> x(m * k), w(n * k);
-      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-      for (uint16_t& v : x) v = ops::f32_to_bf16_bits(dist(rng));  // valid f16 bits too
-      for (uint16_t& v : w) v = ops::f32_to_bf16_bits(dist(rng)) & 0x7bffu;
-      std::vector<float> whole(m * n), rows(m * n);
-      gemm_half_skinny(t, m, n, k, x.data(), k, w.data(), k, whole.data(), n, false);
-      for (int64_t i = 0; i < m; ++i)
-        gemm_half_skinny(t, 1, n, k, x.data() + i * k, k, w.data(), k, rows.data() + i * n, n,
-                         false);
-      EXPECT_EQ(whole, rows) << (t == DType::kF16 ? "f16" : "bf16");
-    }
-  });
+  for (int dot : {0, 1}) {  // bf16: widened, or VDPBF16PS pairs (32 values a step)
+    set_bf16_dot_for_testing(dot);
+    if (dot == 1 && !gemm_bf16_dot_enabled()) break;
+    SCOPED_TRACE(dot ? "bf16 pairs" : "widened");
+    for_each_target([&] {
+      std::mt19937 rng(19);
+      for (DType t : {DType::kF16, DType::kBF16}) {
+        for (int64_t m : {1, 3, 4, 5, 16})
+          for (int64_t n : {1, 3, 4, 7, 33})
+            for (int64_t k : {1, 15, 16, 17, 64, 291})
+              run_half(t, m, n, k, Layout::kRowMajor, Layout::kTransposed, (m + n + k) % 2 == 0,
+                       rng, true);
+        const int64_t m = 16, n = 37, k = 300;
+        std::vector<uint16_t> x(m * k), w(n * k);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        for (uint16_t& v : x) v = ops::f32_to_bf16_bits(dist(rng));  // valid f16 bits too
+        for (uint16_t& v : w) v = ops::f32_to_bf16_bits(dist(rng)) & 0x7bffu;
+        std::vector<float> whole(m * n), rows(m * n);
+        gemm_half_skinny(t, m, n, k, x.data(), k, w.data(), k, whole.data(), n, false);
+        for (int64_t i = 0; i < m; ++i)
+          gemm_half_skinny(t, 1, n, k, x.data() + i * k, k, w.data(), k, rows.data() + i * n, n,
+                           false);
+        EXPECT_EQ(whole, rows) << (t == DType::kF16 ? "f16" : "bf16");
+      }
+    });
+  }
+  set_bf16_dot_for_testing(-1);
 }
 
 // gemm_half_bt_in_place: f16 / bf16 products with W^T, x's panels and W's blocks of rows

@@ -958,6 +958,64 @@ void GemvT(size_t m, size_t n, size_t k, const typename R::T* a, ptrdiff_t a_rs,
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// GemvTRows for bf16 on AVX512-BF16: 32 values of a row per load, their pairs multiplied by
+// VDPBF16PS, so W streams without widening (one instruction per 32 values where widening took
+// two shifts and two FMAs); kW W rows (4, or 1 for the last columns). The order of each
+// output's sum depends on k alone: pairs in lanes over K in 32-value steps, the lanes, then
+// the scalar tail (k mod 32), widened.
+template <size_t kM, size_t kW>
+DVM_BF16_DOT HWY_NOINLINE void GemvTDotRows(size_t j, size_t k, const uint16_t* a, ptrdiff_t a_rs,
+                                            const uint16_t* const* w, float* c, ptrdiff_t ldc,
+                                            bool accumulate) {
+  const size_t kv = k / 32 * 32;
+  __m512 acc[kM][kW];
+  for (size_t i = 0; i < kM; ++i)
+    for (size_t q = 0; q < kW; ++q) acc[i][q] = _mm512_setzero_ps();
+  for (size_t p = 0; p < kv; p += 32) {
+    __m512bh wv[kW];
+    for (size_t q = 0; q < kW; ++q) wv[q] = (__m512bh)_mm512_loadu_si512(w[q] + p);
+    for (size_t i = 0; i < kM; ++i) {
+      const __m512bh x = (__m512bh)_mm512_loadu_si512(a + static_cast<ptrdiff_t>(i) * a_rs + p);
+      for (size_t q = 0; q < kW; ++q) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], x, wv[q]);
+    }
+  }
+  const DF d;
+  for (size_t i = 0; i < kM; ++i) {
+    const uint16_t* x = a + static_cast<ptrdiff_t>(i) * a_rs;
+    for (size_t q = 0; q < kW; ++q) {
+      float tail = 0.0f;
+      for (size_t p = kv; p < k; ++p) tail += bf16_bits_to_f32(x[p]) * bf16_bits_to_f32(w[q][p]);
+      const float v = hn::GetLane(hn::SumOfLanes(d, VF{acc[i][q]})) + tail;
+      float& out = c[static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j + q)];
+      out = accumulate ? out + v : v;
+    }
+  }
+}
+
+// GemvT<RowBF16> with GemvTDotRows.
+void GemvTDot(size_t m, size_t n, size_t k, const uint16_t* a, ptrdiff_t a_rs, const uint16_t* b,
+              ptrdiff_t b_cs, float* c, ptrdiff_t ldc, bool accumulate) {
+  using RowsFn = void (*)(size_t, size_t, const uint16_t*, ptrdiff_t, const uint16_t* const*,
+                          float*, ptrdiff_t, bool);
+  constexpr RowsFn kRows4[] = {&GemvTDotRows<1, 4>, &GemvTDotRows<2, 4>, &GemvTDotRows<3, 4>,
+                               &GemvTDotRows<4, 4>};
+  constexpr RowsFn kRows1[] = {&GemvTDotRows<1, 1>, &GemvTDotRows<2, 1>, &GemvTDotRows<3, 1>,
+                               &GemvTDotRows<4, 1>};
+  for (size_t j = 0; j < n;) {
+    const size_t cols = n - j >= 4 ? 4 : 1;
+    const uint16_t* w[4];
+    for (size_t q = 0; q < cols; ++q) w[q] = b + static_cast<ptrdiff_t>(j + q) * b_cs;
+    for (size_t i = 0; i < m; i += 4) {
+      const size_t rows = std::min<size_t>(4, m - i);
+      (cols == 4 ? kRows4 : kRows1)[rows - 1](j, k, a + static_cast<ptrdiff_t>(i) * a_rs, a_rs, w,
+                                              c + static_cast<ptrdiff_t>(i) * ldc, ldc, accumulate);
+    }
+    j += cols;
+  }
+}
+#endif
+
 // `packed`: B's panels (gemm.h PackedB) or null (B is packed here, per K block).
 template <typename T, class Conv>
 void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const T* b,
@@ -1150,6 +1208,10 @@ void GemmHalfSkinny(DType in_type, int64_t m, int64_t n, int64_t k, const uint16
                     const uint16_t* b, int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
   if (in_type == DType::kF16) {
     GemvT<RowF16>(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  } else if (gemm_detail::bf16_dot_enabled()) {
+    GemvTDot(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
+#endif
   } else {
     GemvT<RowBF16>(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
   }

@@ -99,11 +99,11 @@ bool gemm_bf16_dot_enabled();
 void set_bf16_dot_for_testing(int enabled);
 // Does gemm_half_bt_in_place multiply this bf16 product with VDPBF16PS? Then it takes that path
 // for any rows and K, also where gemm_half_reads_b_in_place would not: measured one thread on
-// a Zen 5, 385-415 GF/s against 175-230 for the widened paths (M = 48-1024, K = 64-4096), and
-// from 7 rows on faster than the skinny path (M = 8: 2.6 against 3.0 ms, M = 16: 2.4 / 4.4;
-// M = 4: 2.4 / 2.0), so the skinny path keeps up to kBf16DotMinRows - 1 rows. By the whole
-// product's rows m_total, as every path choice.
-constexpr int64_t kBf16DotMinRows = 7;
+// a Zen 5, 385-415 GF/s against 175-230 for the widened paths (M = 48-1024, K = 64-4096). The
+// skinny path (also on VDPBF16PS there) keeps fewer than kBf16DotMinRows rows: K = 2048,
+// N = 8192, skinny / this path: M = 8 2.4 / 2.7 ms, M = 12 2.7 / 2.7, M = 16 3.5 / 2.5. By the
+// whole product's rows m_total, as every path choice.
+constexpr int64_t kBf16DotMinRows = 12;
 bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
                         int64_t b_rs, int64_t b_cs);
 
