@@ -492,6 +492,10 @@ constexpr size_t kWtKC = 512;
 // Rows per call: x's block (256 x 512 floats) and C's rows stay in L2 together (M = 480,
 // one thread: 183-191 -> 195-199 GF/s against one 480-row call).
 constexpr size_t kWtMaxRows = 256;
+// The same for bf16 pairs (KernelWtPackedDot): a VM tile's 504 rows in one chunk, so W's rows
+// are packed once per tile, not twice (one thread, Zen 5, M = 504, K = 2048 / 8192: 405-415 ->
+// 416-428 GF/s; 256-pair K blocks instead ran 385-400).
+constexpr size_t kWtDotMaxRows = 512;
 // Shortest K the in-place kernel takes: each call ends with two 16 x 16 transposes of C, which
 // cost as much as the FMAs of a K of ~14 x 16; below 256 (attention's q @ k^T over a head's 64
 // values) packing the transposed B, as GemmImpl does, costs less.
@@ -674,7 +678,8 @@ void GemmWtRows(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdif
                 const T* w, ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate,
                 uint64_t token) {
   if (m == 0 || n == 0) return;
-  const size_t chunks = (m + kWtMaxRows - 1) / kWtMaxRows;
+  const size_t max_rows = kDot ? kWtDotMaxRows : kWtMaxRows;
+  const size_t chunks = (m + max_rows - 1) / max_rows;
   const size_t mc = ((m + chunks - 1) / chunks + kN - 1) / kN * kN;
   float* kept = nullptr;
   bool packed = false;
