@@ -342,9 +342,11 @@ TEST(Gemm, Large) {
 
 // Half inputs: the operands are rounded to f16 / bf16; the reference uses the rounded values.
 // skinny: through gemm_half_skinny (la must be kRowMajor, lb kTransposed); bt_in_place:
-// through gemm_half_bt_in_place (lb kTransposed).
+// through gemm_half_bt_in_place (lb kTransposed); b_rows: through gemm_bf16_b_rows (bf16, B's
+// column stride 1).
 void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool accumulate,
-              std::mt19937& rng, bool skinny = false, bool bt_in_place = false) {
+              std::mt19937& rng, bool skinny = false, bool bt_in_place = false,
+              bool b_rows = false) {
   Operand a = make_operand(m, k, la, rng);
   Operand b = make_operand(k, n, lb, rng);
   const auto to_bits = [t](float x) {
@@ -361,6 +363,9 @@ void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bo
   std::vector<float> c = c0;
   if (skinny) {
     gemm_half_skinny(t, m, n, k, ah.data(), a.rs, bh.data(), b.cs, c.data(), ldc, accumulate);
+  } else if (b_rows) {
+    EXPECT_EQ(b.cs, 1);
+    gemm_bf16_b_rows(m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.rs, c.data(), ldc, accumulate);
   } else if (bt_in_place) {
     EXPECT_EQ(b.rs, 1);
     gemm_half_bt_in_place(t, m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.cs, c.data(), ldc,
@@ -371,9 +376,9 @@ void run_half(DType t, int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bo
   char what[160];
   std::snprintf(what, sizeof(what), "%s%s m=%lld n=%lld k=%lld A=%s B=%s acc=%d",
                 t == DType::kF16 ? "f16" : "bf16",
-                skinny ? " skinny" : (bt_in_place ? " bt_in_place" : ""), static_cast<long long>(m),
-                static_cast<long long>(n), static_cast<long long>(k), name(la), name(lb),
-                accumulate ? 1 : 0);
+                skinny ? " skinny" : (bt_in_place ? " bt_in_place" : (b_rows ? " b_rows" : "")),
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                name(la), name(lb), accumulate ? 1 : 0);
   check(m, n, k, a, b, c0, c, ldc, accumulate, 1e-6, what);
 }
 
@@ -476,6 +481,43 @@ TEST(Gemm, HalfTransposedBReadInPlace) {
           EXPECT_EQ(half, f32) << tn;
         }
       }
+    });
+  }
+  set_bf16_dot_for_testing(-1);
+}
+
+// gemm_bf16_b_rows: bf16 products with a row-major B (GPT-2's Conv1D weight, probabilities @
+// V), pairs of B's rows interleaved for VDPBF16PS where the CPU has it (else, and for an odd
+// K or a transposed A, GemmImpl): rows around the 32-row panels, columns around the 14-column
+// blocks, K across 1024-value blocks, B broadcast along K; rows computed whole give the bits
+// of the same rows 32 at a time.
+TEST(Gemm, Bf16RowMajorB) {
+  for (int dot : {0, 1}) {
+    set_bf16_dot_for_testing(dot);
+    if (dot == 1 && !gemm_bf16_dot_enabled()) break;
+    SCOPED_TRACE(dot ? "bf16 pairs" : "widened");
+    for_each_target([&] {
+      std::mt19937 rng(29);
+      for (int64_t m : {1, 5, 33, 100})
+        for (int64_t n : {1, 15, 33, 100})
+          for (int64_t k : {2, 17, 64, 2100})
+            for (Layout la : {Layout::kRowMajor, Layout::kTransposed})
+              for (Layout lb : {Layout::kRowMajor, Layout::kBroadcastRows})
+                run_half(DType::kBF16, m, n, k, la, lb, (m + n + k) % 2 == 1, rng, false, false,
+                         true);
+      const int64_t m = 150, n = 45, k = 300;
+      const Operand a = make_operand(m, k, Layout::kRowMajor, rng);
+      const Operand b = make_operand(k, n, Layout::kRowMajor, rng);
+      std::vector<uint16_t> ah(a.data.size()), bh(b.data.size());
+      for (size_t i = 0; i < ah.size(); ++i) ah[i] = ops::f32_to_bf16_bits(a.data[i]);
+      for (size_t i = 0; i < bh.size(); ++i) bh[i] = ops::f32_to_bf16_bits(b.data[i]);
+      std::vector<float> whole(m * n), parts(m * n);
+      gemm_bf16_b_rows(m, n, k, ah.data(), k, 1, bh.data(), n, whole.data(), n, false);
+      for (int64_t i0 = 0; i0 < m; i0 += 32) {
+        gemm_bf16_b_rows(std::min<int64_t>(32, m - i0), n, k, ah.data() + i0 * k, k, 1, bh.data(),
+                         n, parts.data() + i0 * n, n, false);
+      }
+      EXPECT_EQ(whole, parts);
     });
   }
   set_bf16_dot_for_testing(-1);

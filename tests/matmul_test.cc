@@ -74,8 +74,8 @@ TEST(MatMul, StridedAndHalfInputs) {
 }
 
 // f16 / bf16 linear layers (x @ W^T, W [N, K]) long enough in K for the GEMM to read W's rows
-// in place (widened as packed) where AMX does not run them: rows below and above a 32-row
-// panel and across several, batch 2 x S rows, and a second K block.
+// in place (widened as packed, or bf16 pairs on AVX512-BF16) where AMX does not run them: rows
+// below and above a 32-row panel and across several, batch 2 x S rows, and a second K block.
 TEST(MatMul, HalfLinearReadsWeightRows) {
   std::mt19937 rng(21);
   for (DType t : {DType::kF16, DType::kBF16}) {
@@ -90,6 +90,22 @@ TEST(MatMul, HalfLinearReadsWeightRows) {
       expect_matches_reference(k,
                                {make_buffer(t, {2, s, 600}, rng), make_buffer(t, {70, 600}, rng)},
                                Tolerance{mm_tol(600).abs * 10, rel});
+    }
+  }
+  // A row-major weight (x @ W, W [K, N]: GPT-2's Conv1D): bf16 pairs of W's rows where the CPU
+  // has AVX512-BF16; an odd K takes the widened path.
+  for (int64_t kdim : {600, 301}) {
+    KernelBuilder kb("half_conv1d");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kBF16, {S, kdim});
+    Value w = kb.load("w", DType::kBF16, {kdim, 70});
+    kb.store("y", kb.matmul(x, w));
+    Kernel k = kb.build().value();
+    for (int64_t s : {5, 12, 140}) {
+      expect_matches_reference(
+          k,
+          {make_buffer(DType::kBF16, {s, kdim}, rng), make_buffer(DType::kBF16, {kdim, 70}, rng)},
+          Tolerance{mm_tol(kdim).abs * 10, 1e-2});
     }
   }
 }

@@ -1041,6 +1041,10 @@ const float* BlockRunner::packed_b(const bc::Descriptor& db, const Ref& b, int64
   if (cpu::gemm_half_on_amx(db.dtype)) return nullptr;
   if (skinny(db, b, k, bk, rows, a_rs, ak)) return nullptr;
   if (transposed_b_in_place(db, b, k, bk, rows, a_rs, ak)) return nullptr;
+  // Packed into f32 panels, B would run at f32 speed: the pair dot products are faster.
+  if (cpu::gemm_bf16_dot_rows_fits(db.dtype, product_rows(rows), k, a_rs, ak, b.cs)) {
+    return nullptr;
+  }
   static const int64_t panel_cols = cpu::gemm_micro_tile().n;
   const int col = lp_.col_axis;
   const int64_t j0 = col >= 0 ? ivar_[col] : 0;
@@ -1139,6 +1143,9 @@ void BlockRunner::exec_matmul(const Instr& in) {
     cpu::gemm_half_bt_in_place(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p),
                                a.rs, ak, reinterpret_cast<const uint16_t*>(b.p), b.cs, c, d.rs,
                                false, token);
+  } else if (cpu::gemm_bf16_dot_rows_fits(db.dtype, product_rows(rows), k, a.rs, ak, b.cs)) {
+    cpu::gemm_bf16_b_rows(rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs, ak,
+                          reinterpret_cast<const uint16_t*>(b.p), bk, c, d.rs, false);
   } else {
     cpu::gemm_half(da.dtype, rows, cols, k, reinterpret_cast<const uint16_t*>(a.p), a.rs, ak,
                    reinterpret_cast<const uint16_t*>(b.p), bk, b.cs, c, d.rs, false);

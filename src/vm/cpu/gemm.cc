@@ -698,6 +698,65 @@ void GemmWtRows(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdif
   }
 }
 
+// KernelWtPackedDot's W panel from a row-major bf16 B (element (p, j) at b[p * b_rs + j]):
+// panel[q * 16 + j] = the pair (B[2q][j], B[2q + 1][j]) for columns j < cols <= 16, q < kc.
+// Two rows of 16 values zero-extended and interleaved per step (lanes past cols zero).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // the intrinsics' undefined lanes
+HWY_INLINE void PackPairsOfRows(size_t cols, size_t kc, const uint16_t* b, ptrdiff_t b_rs,
+                                float* HWY_RESTRICT panel) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+  for (size_t q = 0; q < kc; ++q) {
+    const uint16_t* even = b + static_cast<ptrdiff_t>(2 * q) * b_rs;
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, even));
+    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, even + b_rs));
+    _mm512_storeu_si512(panel + q * kN, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
+}
+#pragma GCC diagnostic pop
+
+// C (+)= A B for bf16 A (rows of k2 pairs: the float view, a_rs in pairs) and a row-major
+// bf16 B (b_rs in elements; k = 2 * k2 rows) on VDPBF16PS: GemmWt's loop (x in 32-row
+// panels, W^T's 14-column blocks packed by the first panel) with B's pairs of rows
+// interleaved into the packed blocks (PackPairsOfRows). Row chunks of kWtDotMaxRows, K blocks
+// of kWtKC pairs; each output sums its pairs in order, whatever the rows of the call.
+void GemmBRowsDot(size_t m, size_t n, size_t k2, const float* a, ptrdiff_t a_rs, const uint16_t* b,
+                  ptrdiff_t b_rs, float* c, ptrdiff_t ldc, bool accumulate) {
+  const size_t kblocks = (k2 + kWtKC - 1) / kWtKC;
+  const size_t kc_max = (k2 + kblocks - 1) / kblocks;
+  const size_t chunks = (m + kWtDotMaxRows - 1) / kWtDotMaxRows;
+  const size_t mc = ((m + chunks - 1) / chunks + kN - 1) / kN * kN;
+  float* xbuf = gemm_detail::scratch(0, WtPanelFloats(std::min(mc, m), kc_max));
+  float* packed = gemm_detail::scratch(1, (n + kWtCols - 1) / kWtCols * kN * kc_max);
+  for (size_t i0 = 0; i0 < m; i0 += mc) {
+    const size_t rows = std::min(mc, m - i0);
+    for (size_t pc = 0; pc < k2; pc += kc_max) {
+      const size_t kc = std::min(kc_max, k2 - pc);
+      PackXBlock<ConvF32>(rows, kc, a + static_cast<ptrdiff_t>(i0) * a_rs + pc, a_rs, 1, xbuf);
+      const WtBlock blk{rows,
+                        n,
+                        kc,
+                        xbuf,
+                        nullptr,
+                        0,
+                        c + static_cast<ptrdiff_t>(i0) * ldc,
+                        ldc,
+                        accumulate || pc > 0};
+      for (size_t ip = 0; ip < blk.panels(); ++ip) {
+        for (size_t j0 = 0; j0 < n; j0 += kWtCols) {
+          const size_t cols = std::min(kWtCols, n - j0);
+          float* panel = packed + j0 / kWtCols * kN * kc;
+          if (ip == 0) {
+            PackPairsOfRows(cols, kc, b + static_cast<ptrdiff_t>(2 * pc) * b_rs + j0, b_rs, panel);
+          }
+          kKernelsWtPackedDot[blk.rows(ip) > kN ? 1 : 0][cols - 1](
+              kc, blk.x(ip), panel, blk.c_at(ip, j0), ldc, blk.add, blk.rows(ip), nullptr, 0, 0);
+        }
+      }
+    }
+  }
+}
+
 #elif HWY_TARGET != HWY_SCALAR
 // One panel of width kWidth from `rows` <= kWidth f32 rows contiguous along p (row r at
 // src + r * rs): 4 x 4 blocks are transposed in registers (128-bit vectors exist on every
@@ -1174,6 +1233,19 @@ inline bool BF16PairsFit(int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_cs) {
   return k % 2 == 0 && a_cs == 1 && a_rs % 2 == 0 && b_cs % 2 == 0;
 }
 
+// bf16 A times a row-major bf16 B (b_cs 1) on VDPBF16PS where BF16PairsFit(k, a_rs, a_cs, 2)
+// (gemm_bf16_dot_rows_fits); GemmImpl elsewhere.
+void GemmBF16BRows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
+                   const uint16_t* b, int64_t b_rs, float* c, int64_t ldc, bool accumulate) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (k > 0 && gemm_detail::bf16_dot_enabled() && BF16PairsFit(k, a_rs, a_cs, 2)) {
+    return GemmBRowsDot(m, n, k / 2, reinterpret_cast<const float*>(a), a_rs / 2, b, b_rs, c, ldc,
+                        accumulate);
+  }
+#endif
+  GemmImpl<uint16_t>(m, n, k, a, a_rs, a_cs, b, b_rs, 1, c, ldc, accumulate, ConvBF16());
+}
+
 void GemmHalfTransposedBInPlace(DType in_type, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                                 int64_t a_rs, int64_t a_cs, const uint16_t* b, int64_t b_cs,
                                 float* c, int64_t ldc, bool accumulate, uint64_t a_token) {
@@ -1293,6 +1365,7 @@ HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmReadsTransposedBInPlace);
 HWY_EXPORT(GemmF32TransposedBInPlace);
 HWY_EXPORT(GemmHalfTransposedBInPlace);
+HWY_EXPORT(GemmBF16BRows);
 HWY_EXPORT(GemmF32Skinny);
 HWY_EXPORT(GemmHalfSkinny);
 HWY_EXPORT(GemmHalf);
@@ -1396,6 +1469,21 @@ void set_bf16_dot_for_testing(int enabled) {
 
 bool gemm_bf16_dot_enabled() {
   return gemm_detail::bf16_dot_enabled();
+}
+
+bool gemm_bf16_dot_rows_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
+                             int64_t b_cs) {
+  return in_type == DType::kBF16 && m_total >= kBf16DotMinRows && b_cs == 1 && k >= 2 &&
+         k % 2 == 0 && a_cs == 1 && a_rs % 2 == 0 && !gemm_half_on_amx(in_type) &&
+         gemm_detail::bf16_dot_enabled();
+}
+
+void gemm_bf16_b_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+                      int64_t a_cs, const uint16_t* b, int64_t b_rs, float* c, int64_t ldc,
+                      bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmBF16BRows)
+  (m, n, k < 0 ? 0 : k, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate);
 }
 
 bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,

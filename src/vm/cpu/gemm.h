@@ -106,6 +106,18 @@ void set_bf16_dot_for_testing(int enabled);
 constexpr int64_t kBf16DotMinRows = 12;
 bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
                         int64_t b_rs, int64_t b_cs);
+// bf16 products with a row-major B (b_cs 1: GPT-2's Conv1D weight [K, N], attention's
+// probabilities @ V) on VDPBF16PS, from kBf16DotMinRows rows (by the whole product's): B's
+// pairs of rows interleaved into the role-swapped kernel's packed blocks as the first x panel
+// reaches them. One thread, Zen 5, against the widened GemmImpl: M = 256 and 504, K and N
+// 64-3072: 228-245 -> 377-443 GF/s; 128 x 2048 x 8192 (B from memory) 188 -> 247; M = 16
+// 158 -> 173; M = 1 21 -> 11 (the packing, per call, is most of it). gemm_bf16_b_rows runs
+// it (GemmImpl where the dot product does not fit).
+bool gemm_bf16_dot_rows_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
+                             int64_t b_cs);
+void gemm_bf16_b_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+                      int64_t a_cs, const uint16_t* b, int64_t b_rs, float* c, int64_t ldc,
+                      bool accumulate);
 
 // Pre-packed B (weights that stay constant across calls, packed once and cached by the VM):
 // the whole K x N matrix as ceil(N / NR) panels of K x NR floats, panel j (columns
