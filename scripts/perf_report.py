@@ -938,6 +938,8 @@ PY = [
     ("models_bench", "HuggingFace models: eager, Inductor and DVM, steady state and first call",
      section_models,
      "python3 python/bench/models_bench.py [--threads 2] [--configs eager inductor dvm]"),
+    ("models_bench_bf16", "HuggingFace models in bf16: eager, Inductor and DVM",
+     section_models, "python3 python/bench/models_bench.py --dtype bf16"),
 ]
 
 # ---------------------------------------------------------------------------------------------

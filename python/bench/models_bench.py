@@ -17,7 +17,7 @@ lengths.
   warm-up call at that length), median per configuration over the rounds;
 - x eager: the geometric mean over lengths of eager time / config time.
 
-Writes bench_results/models_bench.json.
+Writes bench_results/models_bench.json (f32) or models_bench_bf16.json (--dtype bf16).
 """
 
 import argparse
@@ -201,7 +201,8 @@ def main():
                   "layers": LAYERS, "vocab": VOCAB},
         "results": results,
     }
-    with open("bench_results/models_bench.json", "w") as f:
+    name = "models_bench.json" if args.dtype == "f32" else f"models_bench_{args.dtype}.json"
+    with open(os.path.join("bench_results", name), "w") as f:
         json.dump(out, f, indent=1)
 
 
