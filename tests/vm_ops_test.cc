@@ -1467,6 +1467,47 @@ int count_planned(const enc::EncodedKernel& ek, std::vector<char> vm::LoadedProg
   return n;
 }
 
+// Outputs whose shapes differ only in size-1 dims share one stage: a residual sum after a
+// matmul stored as [S, H] and, squared, as [1, S, H] (the norm after Llama's MLP) is one
+// program that computes the matmul once, not two programs that compute it once each. The
+// other way round ([1, S, H] first), and with a [S, 1, H] output too.
+TEST(VmStages, OutputsDifferingInUnitDimsShareOneStage) {
+  std::mt19937 rng(61);
+  for (int order = 0; order < 2; ++order) {
+    KernelBuilder kb("residual_then_norm_input");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {S, 64});
+    Value w = kb.load("w", DType::kF32, {64, 48});
+    Value r = kb.load("r", DType::kF32, {S, 48});
+    Value h = kb.add(r, kb.matmul(x, w));
+    Value h3 = kb.reshape(h, {1, -1, 48});
+    if (order == 0) {
+      kb.store("h", h);
+      kb.store("sq", kb.mul(h3, h3));
+    } else {
+      kb.store("sq", kb.mul(h3, h3));
+      kb.store("h", h);
+      kb.store("mid", kb.unary(UnaryOp::kNeg, kb.reshape(h, {-1, 1, 48})));
+    }
+    BUILD(kb, k);
+    for (int64_t s : {int64_t{1}, int64_t{37}, int64_t{300}}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {s, 64}, rng),
+                                make_buffer(DType::kF32, {64, 48}, rng),
+                                make_buffer(DType::kF32, {s, 48}, rng)};
+      const std::string what = "order " + std::to_string(order) + " S=" + std::to_string(s);
+      check(k, in, {.tol = Tol::kReduce, .n = 64, .what = what});
+      std::vector<Buffer> out = {make_buffer(DType::kF32, {s, 48}, rng),
+                                 make_buffer(DType::kF32, {1, s, 48}, rng)};
+      if (order == 1) {
+        std::swap(out[0], out[1]);
+        out.push_back(make_buffer(DType::kF32, {s, 1, 48}, rng));
+      }
+      const enc::EncodedKernel ek = encode_for(k, args_of(in), args_of(out));
+      EXPECT_EQ(ek.programs.size(), 1u) << what;
+    }
+  }
+}
+
 // A streamed launch of a multi-pass program queues the next block's input rows for
 // prefetching once a block's first pass over them has run (LoadedProgram::prefetch_descs,
 // prefetch_at; vm::block_prefetch): each block's span is exactly its rows of x, the last

@@ -72,6 +72,27 @@ NodeMap identity_map(const CShape& s) {
   return m;
 }
 
+// The map of a value of shape `s` into a stage whose root has the same extents once size-1
+// dims are dropped ([S, H] into a stage of [1, S, H]): the non-1 dims in order, each 1-dim on
+// a 1-axis of the root where one is left (as visit_reshape maps a squeeze, so that the values
+// both reach through a reshape are the same instances). False if the extents differ.
+bool squeezed_map(const CShape& s, const CShape& root, NodeMap* m) {
+  int axes[kMaxRank], ones[kMaxRank];
+  int n_axes = 0, n_ones = 0;
+  for (int i = 0; i < root.rank; ++i) (root.d[i] == 1 ? ones[n_ones++] : axes[n_axes++]) = i;
+  m->rank = s.rank;
+  int k = 0, one = 0;
+  for (int i = 0; i < s.rank; ++i) {
+    if (s.d[i] != 1) {
+      if (k == n_axes || root.d[axes[k]] != s.d[i]) return false;
+      m->e[i] = MapEntry{axes[k++], 0, 1};
+    } else {
+      m->e[i] = one < n_ones ? MapEntry{ones[one++], 0, 0} : MapEntry{-1, 0, 0};
+    }
+  }
+  return k == n_axes;
+}
+
 }  // namespace
 
 int Encoder::find_inst(int stage, int node, const NodeMap& map, InstKind kind) const {
@@ -206,22 +227,32 @@ bool Encoder::find_concat_split(int node, int off, int depth, std::vector<char>*
 
 // A sink over `dst`; axis >= 0: dst is the slice [at, at + its extent) of the node's value
 // along that axis.
+//
+// Outputs of equal shape share one stage, and so do outputs that differ only in size-1 dims
+// (a residual sum stored as [S, H] and, for the norm after it, as [1, S, H] in f32): in
+// separate stages each would compute the values they share, a matmul included, once per stage.
 Status Encoder::add_sink_at(int node, const View& dst, bool joinable, int axis, int64_t at) {
   CShape s = shape_of(b_, node);
   if (axis >= 0) s.d[axis] = dst.shape.d[axis];
   int stage = -1;
+  NodeMap m = identity_map(s);
   if (joinable) {
-    for (size_t i = 0; i < stages_.size(); ++i)
+    for (size_t i = 0; i < stages_.size() && stage < 0; ++i)
       if (stages_[i].joinable && stages_[i].root == s) stage = static_cast<int>(i);
+    for (size_t i = 0; i < stages_.size() && stage < 0 && axis < 0; ++i) {
+      if (stages_[i].joinable && squeezed_map(s, stages_[i].root, &m)) {
+        stage = static_cast<int>(i);
+      }
+    }
   }
   if (stage < 0) {
+    m = identity_map(s);
     stages_.emplace_back();
     stage = static_cast<int>(stages_.size()) - 1;
     stages_[stage].root = s;
     stages_[stage].joinable = joinable;
     for (int i = 0; i < s.rank; ++i) new_axis(stage, s.d[i]);
   }
-  NodeMap m = identity_map(s);
   if (axis >= 0) m.e[axis].start = at;
   int inst;
   DVM_RETURN_IF_ERROR(visit(stage, node, m, &inst));
@@ -230,7 +261,9 @@ Status Encoder::add_sink_at(int node, const View& dst, bool joinable, int axis, 
   sink.slot = dst.slot;
   sink.dtype = dst.dtype;
   sink.dom_offset = dst.offset;
-  for (int i = 0; i < s.rank; ++i) sink.dom_stride[i] = s.d[i] == 1 ? 0 : dst.stride[i];
+  for (int i = 0; i < s.rank; ++i) {
+    if (s.d[i] != 1) sink.dom_stride[m.e[i].axis] = dst.stride[i];
+  }
   stages_[stage].insts[inst].uses++;
   stages_[stage].sinks.push_back(sink);
   if (!joinable) order_.push_back(stage);

@@ -111,8 +111,10 @@ inline bool RowsSpreadInL1(ptrdiff_t rs) {
 }
 
 // c[0..kRows) x [0..ncols) (+)= A panel (kc x kMR, rows used: kRows) x B panel (kc rows of
-// kCols vectors at stride bs floats). With few accumulators the K loop runs two independent
-// accumulator sets (even / odd p) to hide the FMA latency.
+// kCols vectors at stride bs floats). Every kernel sums each output's products in order of p
+// into one accumulator: a panel's rows depend on how a thread count tiles the product, so a
+// kernel that split its sums by the panel's size (even / odd p for fewer than 8 accumulators,
+// as this one did) gave other bits at another thread count.
 //
 // Prefetch (kPf): step p also asks for two cache lines of the next B panel into L2, at
 // pf + (p mod 2^pf_shift) * pf_rs + (p >> pf_shift) * 128 bytes, so that its reads from memory
@@ -136,33 +138,25 @@ HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* H
                          Prefetch pf, ptrdiff_t as) {
   constexpr ptrdiff_t kAStep = kAIn ? 1 : static_cast<ptrdiff_t>(kMR);
   if constexpr (!kAIn) as = 1;
-  constexpr size_t kSets = kRows * kCols < 8 ? 2 : 1;
   const DF d;
-  VF acc[kSets][kRows][kCols];
+  VF acc[kRows][kCols];
 #pragma GCC unroll 16
-  for (size_t s = 0; s < kSets; ++s) {
+  for (size_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (size_t v = 0; v < kCols; ++v) acc[r][v] = hn::Zero(d);
+  }
+  for (size_t p = 0; p < kc; ++p) {
+    VF bv[kCols];
+#pragma GCC unroll 4
+    for (size_t v = 0; v < kCols; ++v) bv[v] = hn::LoadU(d, bp + v * kN);
 #pragma GCC unroll 16
     for (size_t r = 0; r < kRows; ++r) {
+      const VF av = hn::Set(d, ap[static_cast<ptrdiff_t>(r) * as]);
 #pragma GCC unroll 4
-      for (size_t v = 0; v < kCols; ++v) acc[s][r][v] = hn::Zero(d);
+      for (size_t v = 0; v < kCols; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
     }
-  }
-  size_t p = 0;
-  for (; p + kSets <= kc; p += kSets) {
-#pragma GCC unroll 2
-    for (size_t s = 0; s < kSets; ++s) {
-      VF bv[kCols];
-#pragma GCC unroll 4
-      for (size_t v = 0; v < kCols; ++v) bv[v] = hn::LoadU(d, bp + v * kN);
-#pragma GCC unroll 16
-      for (size_t r = 0; r < kRows; ++r) {
-        const VF av = hn::Set(d, ap[static_cast<ptrdiff_t>(r) * as]);
-#pragma GCC unroll 4
-        for (size_t v = 0; v < kCols; ++v) acc[s][r][v] = hn::MulAdd(av, bv[v], acc[s][r][v]);
-      }
-      ap += kAStep;
-      bp += bs;
-    }
+    ap += kAStep;
+    bp += bs;
     if constexpr (kPf) {
       const char* line = pf.base +
                          static_cast<ptrdiff_t>(p & ((size_t{1} << pf.shift) - 1)) * pf.rs +
@@ -171,38 +165,20 @@ HWY_NOINLINE void Kernel(size_t kc, const float* HWY_RESTRICT ap, const float* H
       __builtin_prefetch(line + 64, 0, 2);
     }
   }
-  if constexpr (kSets == 2) {
-    if (p < kc) {
-      VF bv[kCols];
-#pragma GCC unroll 4
-      for (size_t v = 0; v < kCols; ++v) bv[v] = hn::LoadU(d, bp + v * kN);
-#pragma GCC unroll 16
-      for (size_t r = 0; r < kRows; ++r) {
-        const VF av = hn::Set(d, ap[static_cast<ptrdiff_t>(r) * as]);
-#pragma GCC unroll 4
-        for (size_t v = 0; v < kCols; ++v) acc[0][r][v] = hn::MulAdd(av, bv[v], acc[0][r][v]);
-      }
-    }
-#pragma GCC unroll 16
-    for (size_t r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
-      for (size_t v = 0; v < kCols; ++v) acc[0][r][v] = hn::Add(acc[0][r][v], acc[1][r][v]);
-    }
-  }
   if (ncols == kCols * kN) {
 #pragma GCC unroll 16
     for (size_t r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
       for (size_t v = 0; v < kCols; ++v) {
         float* cp = c + static_cast<ptrdiff_t>(r) * ldc + v * kN;
-        hn::StoreU(add ? hn::Add(hn::LoadU(d, cp), acc[0][r][v]) : acc[0][r][v], d, cp);
+        hn::StoreU(add ? hn::Add(hn::LoadU(d, cp), acc[r][v]) : acc[r][v], d, cp);
       }
     }
     return;
   }
   HWY_ALIGN float tmp[kCols * kN];
   for (size_t r = 0; r < kRows; ++r) {
-    for (size_t v = 0; v < kCols; ++v) hn::Store(acc[0][r][v], d, tmp + v * kN);
+    for (size_t v = 0; v < kCols; ++v) hn::Store(acc[r][v], d, tmp + v * kN);
     float* cr = c + static_cast<ptrdiff_t>(r) * ldc;
     if (add) {
       for (size_t j = 0; j < ncols; ++j) cr[j] += tmp[j];
