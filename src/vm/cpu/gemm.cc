@@ -350,6 +350,19 @@ const std::array<KernelWtFn, kWtCols> kKernelsWt[2] = {
     MakeKernelsWt<2>(std::make_index_sequence<kWtCols>()),
 };
 
+// The end of step p of a packed-W kernel: step p asks for a line of W's next rows (pf_rows of
+// them, at pf_rs bytes) into L2 and for the packed stream 16 steps ahead into L1, then both
+// streams advance.
+HWY_INLINE void EndWtPackedStep(size_t p, const char* pf, ptrdiff_t pf_rs, size_t pf_rows,
+                                const float* HWY_RESTRICT& xp, const float*& wp) {
+  if ((p & 15) < pf_rows) {
+    __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * pf_rs + (p >> 4) * 64, 0, 2);
+  }
+  __builtin_prefetch(wp + 16 * kN, 0, 3);
+  xp += kWtRows;
+  wp += kN;
+}
+
 // KernelWt with W's 14 rows packed k-major (16 floats per step, the last two zero): each
 // broadcast is folded into its FMA (vfmadd231ps m32{1to16}), one fused uop where a separate
 // vbroadcastss and two FMAs take three. The second use of each value reads it through an
@@ -391,12 +404,7 @@ HWY_NOINLINE void KernelWtPacked(size_t kc, const float* HWY_RESTRICT xp, const 
   }
   for (; p < kc; ++p) {
     step(0);
-    if ((p & 15) < pf_rows) {
-      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * pf_rs + (p >> 4) * 64, 0, 2);
-    }
-    __builtin_prefetch(wp + 16 * kN, 0, 3);
-    xp += kWtRows;
-    wp += kN;
+    EndWtPackedStep(p, pf, pf_rs, pf_rows, xp, wp);
   }
   StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
 }
@@ -442,12 +450,7 @@ DVM_BF16_DOT HWY_NOINLINE void KernelWtPackedDot(size_t kc, const float* HWY_RES
         acc[1][j].raw = _mm512_dpbf16_ps(acc[1][j].raw, x1, (__m512bh)_mm512_set1_ps(wq[j]));
       }
     }
-    if ((p & 15) < pf_rows) {
-      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * pf_rs + (p >> 4) * 64, 0, 2);
-    }
-    __builtin_prefetch(wp + 16 * kN, 0, 3);
-    xp += kWtRows;
-    wp += kN;
+    EndWtPackedStep(p, pf, pf_rs, pf_rows, xp, wp);
   }
   StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
 }
