@@ -1450,11 +1450,19 @@ bool gemm_bf16_dot_enabled() {
   return gemm_detail::bf16_dot_enabled();
 }
 
+namespace {
+// What both bf16 pair paths need of the product: bf16 off AMX with the dot product enabled,
+// enough rows, and x's rows readable as pairs along K (an even K and row stride).
+bool bf16_pairs_fit(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs) {
+  return in_type == DType::kBF16 && m_total >= kBf16DotMinRows && k >= 2 && k % 2 == 0 &&
+         a_cs == 1 && a_rs % 2 == 0 && !gemm_half_on_amx(in_type) &&
+         gemm_detail::bf16_dot_enabled();
+}
+}  // namespace
+
 bool gemm_bf16_dot_rows_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
                              int64_t b_cs) {
-  return in_type == DType::kBF16 && m_total >= kBf16DotMinRows && b_cs == 1 && k >= 2 &&
-         k % 2 == 0 && a_cs == 1 && a_rs % 2 == 0 && !gemm_half_on_amx(in_type) &&
-         gemm_detail::bf16_dot_enabled();
+  return b_cs == 1 && bf16_pairs_fit(in_type, m_total, k, a_rs, a_cs);
 }
 
 void gemm_bf16_b_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
@@ -1467,9 +1475,7 @@ void gemm_bf16_b_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
 
 bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
                         int64_t b_rs, int64_t b_cs) {
-  return in_type == DType::kBF16 && m_total >= kBf16DotMinRows && b_rs == 1 && k >= 2 &&
-         k % 2 == 0 && a_cs == 1 && a_rs % 2 == 0 && b_cs % 2 == 0 && !gemm_half_on_amx(in_type) &&
-         gemm_detail::bf16_dot_enabled();
+  return b_rs == 1 && b_cs % 2 == 0 && bf16_pairs_fit(in_type, m_total, k, a_rs, a_cs);
 }
 
 bool gemm_half_on_amx(DType in_type) {
