@@ -6,7 +6,9 @@
 
 - per_call: five tiny graphs through torch.compile(dynamic=True) (rmsnorm, layernorm, gelu of a
   biased input, silu gate, a two-matmul MLP) at sizes whose kernels take well under 5 us, so
-  the time is the host path: Dynamo's guards, the compiled function, DVM's call. Interleaved
+  the time is the host path: Dynamo's guards, the compiled function, DVM's call. Beside them a
+  backend that does no work (`dynamo_floor`: Dynamo's own cost per call, which no backend
+  goes below). Interleaved
   rounds in one process (--rounds); each sample is --calls back-to-back calls; medians.
 - exe_call: calling an Executable from Python on a one-kernel graph (a cached binding):
   `exe(...)` (torch tensors go through `dvm._dvm_torch`), the `Executable.call` binding, and
@@ -72,6 +74,21 @@ def time_calls(fn, args, calls):
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def floor_backend(gm, example_inputs):
+    """A torch.compile backend that does no work: its compiled function returns the outputs of
+    its first call. What a call through it costs is Dynamo's own part of every call (guards,
+    the frame, the call of the compiled function), the floor no backend goes below."""
+    outs = None
+
+    def call(*args):
+        nonlocal outs
+        if outs is None:
+            outs = gm(*args)
+        return outs
+
+    return call
+
+
 def per_call(inductor, rounds, calls):
     import torch
 
@@ -80,7 +97,8 @@ def per_call(inductor, rounds, calls):
     out = {}
     for name, (fn, make) in tiny_graphs().items():
         torch._dynamo.reset()
-        cfgs = {"eager": fn, "dvm": torch.compile(fn, backend="dvm", dynamic=True)}
+        cfgs = {"eager": fn, "dvm": torch.compile(fn, backend="dvm", dynamic=True),
+                "dynamo_floor": torch.compile(fn, backend=floor_backend, dynamic=True)}
         if inductor:
             cfgs["inductor"] = torch.compile(fn, backend="inductor", dynamic=True)
         with torch.no_grad():
@@ -90,13 +108,15 @@ def per_call(inductor, rounds, calls):
             args = make(5)
             want = fn(*args)
             for k, c in cfgs.items():
-                torch.testing.assert_close(c(*args), want, rtol=1e-4, atol=1e-5)
+                if k != "dynamo_floor":  # returns its first call's outputs
+                    torch.testing.assert_close(c(*args), want, rtol=1e-4, atol=1e-5)
             samples = {k: [] for k in cfgs}
             for _ in range(rounds):
                 for k, c in cfgs.items():
                     samples[k].append(time_calls(c, args, calls))
         med = {k: statistics.median(v) for k, v in samples.items()}
-        out[name] = {"us": med, "eager_over_dvm": med["eager"] / med["dvm"]}
+        out[name] = {"us": med, "eager_over_dvm": med["eager"] / med["dvm"],
+                     "eager_over_floor": med["eager"] / med["dynamo_floor"]}
         if inductor:
             out[name]["inductor_over_dvm"] = med["inductor"] / med["dvm"]
         print(f"per_call {name}: " + ", ".join(f"{k} {v:.1f} us" for k, v in med.items()),

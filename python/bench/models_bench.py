@@ -12,7 +12,11 @@ lengths.
 
 - first call: the compiled model's first call (Dynamo's trace and the backend's compile
   included), at the first length; Inductor starts cold: no FX graph cache, an empty kernel
-  cache directory (a user's first run of a model; --inductor-cache keeps both);
+  cache directory (a user's first run of a model; --inductor-cache keeps both). Measured twice:
+  in this process, after the models before it (a warm process: imports done, Inductor's
+  machinery started), and in fresh processes, one per model and backend (a cold start: a
+  user's first compile; --cold-reps, the median), where backend "eager" gives Dynamo's trace
+  alone, the bound below which no backend's first call goes;
 - steady state: per length, the configurations are called in turn in each round (after a
   warm-up call at that length), median per configuration over the rounds;
 - x eager: the geometric mean over lengths of eager time / config time.
@@ -27,6 +31,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import torch
@@ -90,6 +95,44 @@ def compiled(model, config):
     torch._dynamo.reset()
     return torch.compile(model, backend="inductor" if config == "inductor" else "dvm",
                          dynamic=True)
+
+
+def cold_first_call(name, config, dtype_name):
+    """Child process: the first call of one model and backend, in seconds (printed as JSON)."""
+    dtype = torch.float32 if dtype_name == "f32" else torch.bfloat16
+    model = make_model(name).to(dtype).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    fn = torch.compile(model, backend=config, dynamic=True)
+    kw = inputs(name, COLD_LENGTH, dtype)
+    with torch.no_grad():
+        t = time.perf_counter()
+        fn(**kw)
+        print(json.dumps({"first_s": time.perf_counter() - t}))
+
+
+COLD_LENGTH = 32
+COLD_BACKENDS = ("eager", "dvm", "inductor")  # "eager": Dynamo's trace alone
+
+
+def cold_first_calls(name, reps, threads, dtype_name):
+    """Median over `reps` fresh processes per backend (taking turns), each with an empty
+    Inductor cache directory; {backend: seconds or None}."""
+    import tempfile
+
+    samples = {be: [] for be in COLD_BACKENDS}
+    for _ in range(reps):
+        for be in COLD_BACKENDS:
+            with tempfile.TemporaryDirectory() as cache:
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+                r = subprocess.run([sys.executable, __file__, "--threads", str(threads),
+                                    "--dtype", dtype_name, "--cold-child", name, be],
+                                   capture_output=True, text=True, env=env)
+            try:
+                samples[be].append(json.loads(r.stdout.strip().splitlines()[-1])["first_s"])
+            except (IndexError, ValueError, KeyError):
+                print(f"cold first call {name} {be} failed:\n{r.stderr[-2000:]}", flush=True)
+    return {be: statistics.median(v) if v else None for be, v in samples.items()}
 
 
 def timed(fn, kw):
@@ -166,7 +209,14 @@ def main():
                     choices=["eager", "inductor", "dvm"])
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     ap.add_argument("--inductor-cache", action="store_true")
+    ap.add_argument("--cold-reps", type=int, default=1,
+                    help="fresh processes per model and backend for the cold first call "
+                         "(median; 0 skips it)")
+    ap.add_argument("--cold-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cold_child:
+        torch.set_num_threads(args.threads)
+        return cold_first_call(*args.cold_child, args.dtype)
     if not args.inductor_cache:
         # Cold: no FX graph cache and a fresh directory for compiled kernels (else a rerun
         # loads the C++ Inductor built before).
@@ -181,6 +231,9 @@ def main():
     results = []
     for name in args.models:
         r = bench_model(name, args.configs, args.lengths, args.rounds, dtype)
+        if args.cold_reps > 0:
+            r["cold_first_call_s"] = cold_first_calls(name, args.cold_reps, args.threads,
+                                                      args.dtype)
         results.append(r)
         cells = "  ".join(f"{c} x{r['speedup_vs_eager'].get(c, float('nan')):.2f} "
                           f"(first {r['first_call_ms'][c] / 1e3:.2f} s, err "
@@ -197,6 +250,7 @@ def main():
         "lengths": args.lengths,
         "rounds": args.rounds,
         "inductor_fx_cache": args.inductor_cache,
+        "cold_reps": args.cold_reps, "cold_length": COLD_LENGTH,
         "sizes": {"hidden": HIDDEN, "heads": HEADS, "kv_heads": KV_HEADS, "ffn": FFN,
                   "layers": LAYERS, "vocab": VOCAB},
         "results": results,
