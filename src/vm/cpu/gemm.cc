@@ -464,6 +464,47 @@ const std::array<KernelWtPackedFn, kWtCols> kKernelsWtPackedDot[2] = {
     MakeKernelsWtPackedDot<2>(std::make_index_sequence<kWtCols>()),
 };
 
+// KernelWt on bf16 pairs (w_rs in pairs): W's rows read in place, a pair broadcast per column
+// and step into VDPBF16PS (GemmWt's bf16 path; packing W's rows per call for
+// KernelWtPackedDot cost more than it saved, see GemmWt). The same products in the same order
+// as KernelWtPackedDot.
+template <size_t kCols, size_t kVecs>
+DVM_BF16_DOT HWY_NOINLINE void KernelWtDot(size_t kc, const float* HWY_RESTRICT xp, const float* w,
+                                           ptrdiff_t w_rs, float* HWY_RESTRICT c, ptrdiff_t ldc,
+                                           bool add, size_t rows, const float* pf, size_t pf_rows) {
+  VF acc[kVecs][kCols];
+#pragma GCC unroll 16
+  for (size_t j = 0; j < kCols; ++j) {
+    for (size_t h = 0; h < kVecs; ++h) acc[h][j].raw = _mm512_setzero_ps();
+  }
+  const float* g[5];  // rows of W in groups of three off one pointer each, as KernelWt
+  for (size_t q = 0; q < 5; ++q) g[q] = w + static_cast<ptrdiff_t>(3 * q) * w_rs;
+  for (size_t p = 0; p < kc; ++p) {
+    __m512bh x[kVecs];
+    for (size_t h = 0; h < kVecs; ++h) x[h] = (__m512bh)_mm512_load_ps(xp + h * kN);
+#pragma GCC unroll 16
+    for (size_t j = 0; j < kCols; ++j) {
+      const __m512bh b = (__m512bh)_mm512_set1_ps(g[j / 3][static_cast<ptrdiff_t>(j % 3) * w_rs]);
+      for (size_t h = 0; h < kVecs; ++h) acc[h][j].raw = _mm512_dpbf16_ps(acc[h][j].raw, x[h], b);
+    }
+    if ((p & 15) < pf_rows) {
+      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * w_rs + (p >> 4) * 16, 0, 2);
+    }
+    xp += kWtRows;
+#pragma GCC unroll 5
+    for (size_t q = 0; q < 5; ++q) ++g[q];
+  }
+  StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
+}
+template <size_t kVecs, size_t... I>
+constexpr std::array<KernelWtFn, sizeof...(I)> MakeKernelsWtDot(std::index_sequence<I...>) {
+  return {&KernelWtDot<I + 1, kVecs>...};
+}
+const std::array<KernelWtFn, kWtCols> kKernelsWtDot[2] = {
+    MakeKernelsWtDot<1>(std::make_index_sequence<kWtCols>()),
+    MakeKernelsWtDot<2>(std::make_index_sequence<kWtCols>()),
+};
+
 // K block of the in-place kernel: 14 rows of W (28 KiB) stay in L1 while the x panel streams
 // past; longer blocks than GemmImpl's halve the transposes of C per FMA (nn.Linear shapes,
 // one thread: 1-2% faster than 256).
@@ -471,9 +512,9 @@ constexpr size_t kWtKC = 512;
 // Rows per call: x's block (256 x 512 floats) and C's rows stay in L2 together (M = 480,
 // one thread: 183-191 -> 195-199 GF/s against one 480-row call).
 constexpr size_t kWtMaxRows = 256;
-// The same for bf16 pairs (KernelWtPackedDot): a VM tile's 504 rows in one chunk, so W's rows
-// are packed once per tile, not twice (one thread, Zen 5, M = 504, K = 2048 / 8192: 405-415 ->
-// 416-428 GF/s; 256-pair K blocks instead ran 385-400).
+// The same for bf16 pairs (KernelWtDot): a VM tile's 504 rows in one chunk, so W's rows are
+// read once per tile, not twice (measured when they were packed per chunk, one thread, Zen 5,
+// M = 504, K = 2048 / 8192: 405-415 -> 416-428 GF/s; 256-pair K blocks instead ran 385-400).
 constexpr size_t kWtDotMaxRows = 512;
 // Shortest K the in-place kernel takes: each call ends with two 16 x 16 transposes of C, which
 // cost as much as the FMAs of a K of ~14 x 16; below 256 (attention's q @ k^T over a head's 64
@@ -549,11 +590,14 @@ using WtBlock = WtBlockOf<float>;
 // this machine's speed phases, M = 128-256, N = 768-4096, K = 256-768: 1-3% faster than the
 // order of WtBlockCopied); at three panels or fewer the two orders differ little. The first
 // panel prefetches the next block of rows.
+// kDot: W's elements are pairs of bf16 values (KernelWtDot).
+template <bool kDot>
 void WtBlockInPlace(const WtBlock& b) {
+  const auto& kernels = kDot ? kKernelsWtDot : kKernelsWt;
   for (size_t ip = 0; ip < b.panels(); ++ip) {
     for (size_t j0 = 0; j0 < b.n; j0 += kWtCols) {
       const float* wj = b.w_row(j0);
-      kKernelsWt[b.rows(ip) > kN ? 1 : 0][std::min(kWtCols, b.n - j0) - 1](
+      kernels[b.rows(ip) > kN ? 1 : 0][std::min(kWtCols, b.n - j0) - 1](
           b.kc, b.x(ip), wj, b.w_rs, b.c_at(ip, j0), b.ldc, b.add, b.rows(ip),
           b.w_row(j0 + kWtCols), ip == 0 ? b.next_rows(j0) : 0);
     }
@@ -565,7 +609,9 @@ void WtBlockInPlace(const WtBlock& b) {
 // thread: K = 1024 / 2048 / 3072 ran at 88-91 / 84-89 / 88 GF/s, their unaliased neighbours
 // at 97-102 / 98-107 / 100). Block by block: copying the whole K block up front for
 // WtBlockInPlace's order ran 2-4% slower (K = 1024-3072).
+template <bool kDot>
 void WtBlockCopied(const WtBlock& b) {
+  const auto& kernels = kDot ? kKernelsWtDot : kKernelsWt;
   const size_t buf_rs = b.kc + 16;
   float* buf = gemm_detail::scratch(1, kWtCols * buf_rs);
   for (size_t j0 = 0; j0 < b.n; j0 += kWtCols) {
@@ -573,7 +619,7 @@ void WtBlockCopied(const WtBlock& b) {
     for (size_t j = 0; j < cols; ++j)
       std::memcpy(buf + j * buf_rs, b.w_row(j0 + j), b.kc * sizeof(float));
     for (size_t ip = 0; ip < b.panels(); ++ip) {
-      kKernelsWt[b.rows(ip) > kN ? 1 : 0][cols - 1](
+      kernels[b.rows(ip) > kN ? 1 : 0][cols - 1](
           b.kc, b.x(ip), buf, static_cast<ptrdiff_t>(buf_rs), b.c_at(ip, j0), b.ldc, b.add,
           b.rows(ip), b.w_row(j0 + kWtCols), ip == 0 ? b.next_rows(j0) : 0);
     }
@@ -588,12 +634,11 @@ void WtBlockCopied(const WtBlock& b) {
 // kWtPackMinPanels panels on: at two threads with W from memory, M = 128 runs 15-17% faster
 // (2048 x 8192 either way; 8 - 10% at 768 x 768), M = 96 even; at M = 64 the packing costs
 // more than it saves.
-// Half-precision W (bf16 / f16 bits) always takes this path: its rows are widened to f32 as
-// they are packed.
-// kDot: T is float, each element a pair of bf16 values (KernelWtPackedDot).
-template <class Conv, typename T, bool kDot = false>
+// Half-precision W (bf16 / f16 bits, widened to f32) always takes this path: its rows are
+// widened as they are packed.
+template <class Conv, typename T>
 void WtBlockPacked(const WtBlockOf<T>& b) {
-  const auto& kernels = kDot ? kKernelsWtPackedDot : kKernelsWtPacked;
+  const auto& kernels = kKernelsWtPacked;
   float* packed = gemm_detail::scratch(1, (b.n + kWtCols - 1) / kWtCols * kN * b.kc);
   const ptrdiff_t pf_rs = b.w_rs * static_cast<ptrdiff_t>(sizeof(T));
   for (size_t ip = 0; ip < b.panels(); ++ip) {
@@ -621,9 +666,20 @@ void GemmWt(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t 
   const size_t kc_max = (k + kblocks - 1) / kblocks;
   const size_t panels = (m + kWtRows - 1) / kWtRows;
   float* block_buf = kept ? nullptr : gemm_detail::scratch(0, panels * kWtRows * kc_max);
-  void (*block)(const WtBlockOf<T>&) = &WtBlockPacked<Conv, T, kDot>;
-  if constexpr (std::is_same_v<T, float> && !kDot) {
-    if (panels < kWtPackMinPanels) block = RowsSpreadInL1(w_rs) ? &WtBlockInPlace : &WtBlockCopied;
+  void (*block)(const WtBlockOf<T>&) = nullptr;
+  if constexpr (kDot) {
+    // bf16 pairs: W's rows read in place at every row count. Packing them (KernelWtPackedDot)
+    // lost at every M measured: one thread, Zen 5, N = 2048, K = 5632: M = 16 282 -> 424 GF/s,
+    // 128 413 -> 468, 384 431 -> 461, 504 408 -> 432; N = 8192, K = 4096 (rows through a
+    // copy, aliasing in L1): M = 16 168 -> 181, 128 315 -> 399, 504 333 -> 400.
+    block = RowsSpreadInL1(w_rs) ? &WtBlockInPlace<true> : &WtBlockCopied<true>;
+  } else {
+    block = &WtBlockPacked<Conv, T>;
+    if constexpr (std::is_same_v<T, float>) {
+      if (panels < kWtPackMinPanels) {
+        block = RowsSpreadInL1(w_rs) ? &WtBlockInPlace<false> : &WtBlockCopied<false>;
+      }
+    }
   }
   for (size_t pc = 0; pc < k; pc += kc_max) {
     const size_t kc = std::min(kc_max, k - pc);
@@ -1206,7 +1262,7 @@ void GemmF32TransposedBInPlace(int64_t m, int64_t n, int64_t k, const float* a, 
   GemmImpl<float>(m, n, k, a, a_rs, a_cs, b, 1, b_cs, c, ldc, accumulate, ConvF32());
 }
 
-// Can x's and W's rows be read as pairs of bf16 values along K (KernelWtPackedDot)? An even K
+// Can x's and W's rows be read as pairs of bf16 values along K (KernelWtDot)? An even K
 // and even row strides, so that no pair straddles two rows (gemm_bf16_dot_fits).
 inline bool BF16PairsFit(int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_cs) {
   return k % 2 == 0 && a_cs == 1 && a_rs % 2 == 0 && b_cs % 2 == 0;
