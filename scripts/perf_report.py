@@ -727,8 +727,8 @@ def section_weights(path, d):
             "`torch.compile(backend=\"dvm\", dynamic=True)`, configurations in alternating "
             "rounds, per-call medians; × = eager time / config time; packs/call = packed-weight "
             "cache packs per call in steady state; cache MiB = bytes the cache holds; rate = "
-            "the weights streamed per second at M = 1 (GB/s, against the measured read "
-            "bandwidth), else the products' GFLOP/s (2 M x weights per call, against the "
+            "the weights streamed per second at M = 1 (GB/s, against the read bandwidth "
+            "measured in the same rounds, a sum over 1 GiB between the configurations), else the products' GFLOP/s (2 M x weights per call, against the "
             "measured GEMM rate).", ""]
     rows = []
     for r in d.get("results", []):
@@ -737,8 +737,10 @@ def section_weights(path, d):
             rate = "-"
             if r.get("rows") == 1 and "weights_gbps" in r:
                 rate = f"{fmt(r['weights_gbps'].get(c), 1)} GB/s"
-                if roof and roof.get("read_gbps"):
-                    rate += f" ({fmt(r['weights_gbps'].get(c) / roof['read_gbps'])})"
+                # the bandwidth measured in the point's own rounds, where the run recorded it
+                read = r.get("read_gbps") or (roof or {}).get("read_gbps")
+                if read:
+                    rate += f" ({fmt(r['weights_gbps'].get(c) / read)})"
             elif "gflops" in r:
                 rate = f"{fmt(r['gflops'].get(c), 0)} GF/s"
                 peak = (roof or {}).get("gemm_gflops", {}).get(r.get("dtype", "f32"))

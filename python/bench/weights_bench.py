@@ -84,6 +84,13 @@ def make_model(kind, gib, dtype):
     return model, weight_bytes, args, out
 
 
+def read_gbps(buf):
+    """GB/s of one sum over `buf` (an f32 buffer far larger than the caches)."""
+    t = time.perf_counter()
+    buf.sum()
+    return buf.numel() * 4 / (time.perf_counter() - t) / 1e9
+
+
 def machine_roofline(dtypes):
     """What the machine reaches at this thread count, measured here with PyTorch's own kernels:
     the read bandwidth (a sum over a 1 GiB f32 buffer, best of 5) and a large GEMM's rate per
@@ -91,11 +98,7 @@ def machine_roofline(dtypes):
     by the second; both DVM and eager are measured against them."""
     buf = torch.ones(2**28)
     buf.sum()
-    read = []
-    for _ in range(5):
-        t = time.perf_counter()
-        buf.sum()
-        read.append(buf.numel() * 4 / (time.perf_counter() - t) / 1e9)
+    read = [read_gbps(buf) for _ in range(5)]
     del buf
     gemm = {}
     for name in dtypes:
@@ -134,6 +137,11 @@ def bench(gib, rows, rounds, capacity, dtype_name, kind="mlp"):
     samples = {k: [] for k in fns}
     packs = {}
     held = {}
+    # Decode is bound by the read bandwidth, which moves by tens of percent over minutes on a
+    # shared machine (44 and 74 GB/s an hour apart here): it is measured in every round, between
+    # the configurations, and the rate compared with the median of those samples.
+    reads = []
+    read_buf = torch.ones(2**28) if rows == 1 else None
     with torch.no_grad():
         want = output(model(**x))
         if dtype != torch.float32:
@@ -164,6 +172,9 @@ def bench(gib, rows, rounds, capacity, dtype_name, kind="mlp"):
                 after = dvm.weight_cache_stats()
                 packs.setdefault(name, []).append((after.packs - before.packs) / 2)
                 held[name] = after.bytes
+            if read_buf is not None:
+                reads.append(read_gbps(read_buf))
+    del read_buf
     dvm.set_weight_cache_capacity(capacity)
     dvm.clear_weight_cache()
     med = {k: statistics.median(v) for k, v in samples.items()}
@@ -181,6 +192,7 @@ def bench(gib, rows, rounds, capacity, dtype_name, kind="mlp"):
         "speedup_vs_eager": {k: med["eager"] / v for k, v in med.items()},
         "packs_per_call": {k: statistics.median(v) for k, v in packs.items()},
         "cache_bytes": held,
+        **({"read_gbps": statistics.median(reads)} if reads else {}),
     }
 
 
@@ -209,7 +221,8 @@ def main():
                     results.append(r)
                     cells = "  ".join(f"{k} {v:.1f} ms ({r['speedup_vs_eager'][k]:.2f}x)"
                                       for k, v in r["ms"].items())
-                    rate = (f"weights {r['weights_gbps']['dvm']:.1f} GB/s" if rows == 1 else
+                    rate = (f"weights {r['weights_gbps']['dvm']:.1f} GB/s (read "
+                            f"{r['read_gbps']:.1f} GB/s meanwhile)" if rows == 1 else
                             f"{r['gflops']['dvm']:.0f} GFLOP/s")
                     print(f"{kind} {dtype_name} {r['weights_gib']:.2f} GiB  M={rows}: {cells}  "
                           f"dvm {rate}  "
