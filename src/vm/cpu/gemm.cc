@@ -303,6 +303,26 @@ HWY_INLINE void StoreWtTile(const VF (&acc)[kVecs][kCols], float* HWY_RESTRICT c
   }
 }
 
+// W's rows j < kWtCols as the in-place kernels read them, one element a step: in groups of
+// three off one pointer each ([g + s], [g + 2s] address modes); `step` advances them and
+// prefetches the next block's pf_rows (<= 16) rows at the same stride into L2, one line per
+// step (row p mod 16), so that their reads from memory overlap the current block's products.
+struct WtRowsInPlace {
+  const float* g[5];
+  ptrdiff_t rs;
+  HWY_INLINE WtRowsInPlace(const float* w, ptrdiff_t w_rs) : rs(w_rs) {
+    for (size_t q = 0; q < 5; ++q) g[q] = w + static_cast<ptrdiff_t>(3 * q) * w_rs;
+  }
+  HWY_INLINE float at(size_t j) const { return g[j / 3][static_cast<ptrdiff_t>(j % 3) * rs]; }
+  HWY_INLINE void step(size_t p, const float* pf, size_t pf_rows) {
+    if ((p & 15) < pf_rows) {
+      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * rs + (p >> 4) * 16, 0, 2);
+    }
+#pragma GCC unroll 5
+    for (size_t q = 0; q < 5; ++q) ++g[q];
+  }
+};
+
 // c[0..rows) x [0..kCols) (+)= x panel (kc x 32, k-major; rows <= 16 * kVecs of it used) times
 // rows j < kCols of W (row j at w + j * w_rs, read at [0, kc)). pf: the next pf_rows (<= 16)
 // rows of W, at the same stride, to prefetch into L2 (one line per step, row p mod 16, so
@@ -317,23 +337,17 @@ HWY_NOINLINE void KernelWt(size_t kc, const float* HWY_RESTRICT xp, const float*
   for (size_t j = 0; j < kCols; ++j) {
     for (size_t h = 0; h < kVecs; ++h) acc[h][j] = hn::Zero(d);
   }
-  // Rows of W in groups of three off one pointer each ([g + s], [g + 2s] address modes).
-  const float* g[5];
-  for (size_t q = 0; q < 5; ++q) g[q] = w + static_cast<ptrdiff_t>(3 * q) * w_rs;
+  WtRowsInPlace wr(w, w_rs);
   for (size_t p = 0; p < kc; ++p) {
     VF x[kVecs];
     for (size_t h = 0; h < kVecs; ++h) x[h] = hn::Load(d, xp + h * kN);
 #pragma GCC unroll 16
     for (size_t j = 0; j < kCols; ++j) {
-      const VF b = hn::Set(d, g[j / 3][static_cast<ptrdiff_t>(j % 3) * w_rs]);
+      const VF b = hn::Set(d, wr.at(j));
       for (size_t h = 0; h < kVecs; ++h) acc[h][j] = hn::MulAdd(x[h], b, acc[h][j]);
     }
-    if ((p & 15) < pf_rows) {
-      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * w_rs + (p >> 4) * 16, 0, 2);
-    }
+    wr.step(p, pf, pf_rows);
     xp += kWtRows;
-#pragma GCC unroll 5
-    for (size_t q = 0; q < 5; ++q) ++g[q];
   }
   StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
 }
@@ -477,22 +491,17 @@ DVM_BF16_DOT HWY_NOINLINE void KernelWtDot(size_t kc, const float* HWY_RESTRICT 
   for (size_t j = 0; j < kCols; ++j) {
     for (size_t h = 0; h < kVecs; ++h) acc[h][j].raw = _mm512_setzero_ps();
   }
-  const float* g[5];  // rows of W in groups of three off one pointer each, as KernelWt
-  for (size_t q = 0; q < 5; ++q) g[q] = w + static_cast<ptrdiff_t>(3 * q) * w_rs;
+  WtRowsInPlace wr(w, w_rs);
   for (size_t p = 0; p < kc; ++p) {
     __m512bh x[kVecs];
     for (size_t h = 0; h < kVecs; ++h) x[h] = (__m512bh)_mm512_load_ps(xp + h * kN);
 #pragma GCC unroll 16
     for (size_t j = 0; j < kCols; ++j) {
-      const __m512bh b = (__m512bh)_mm512_set1_ps(g[j / 3][static_cast<ptrdiff_t>(j % 3) * w_rs]);
+      const __m512bh b = (__m512bh)_mm512_set1_ps(wr.at(j));
       for (size_t h = 0; h < kVecs; ++h) acc[h][j].raw = _mm512_dpbf16_ps(acc[h][j].raw, x[h], b);
     }
-    if ((p & 15) < pf_rows) {
-      __builtin_prefetch(pf + static_cast<ptrdiff_t>(p & 15) * w_rs + (p >> 4) * 16, 0, 2);
-    }
+    wr.step(p, pf, pf_rows);
     xp += kWtRows;
-#pragma GCC unroll 5
-    for (size_t q = 0; q < 5; ++q) ++g[q];
   }
   StoreWtTile<kCols, kVecs>(acc, c, ldc, add, rows);
 }
