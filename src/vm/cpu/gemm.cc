@@ -643,11 +643,10 @@ void WtBlockCopied(const WtBlock& b) {
 // kWtPackMinPanels panels on: at two threads with W from memory, M = 128 runs 15-17% faster
 // (2048 x 8192 either way; 8 - 10% at 768 x 768), M = 96 even; at M = 64 the packing costs
 // more than it saves.
-// Half-precision W (bf16 / f16 bits, widened to f32) always takes this path: its rows are
-// widened as they are packed.
+// Half-precision W widened to f32 (f16, and bf16 without the pair path) always takes this
+// path: its rows are widened as they are packed.
 template <class Conv, typename T>
 void WtBlockPacked(const WtBlockOf<T>& b) {
-  const auto& kernels = kKernelsWtPacked;
   float* packed = gemm_detail::scratch(1, (b.n + kWtCols - 1) / kWtCols * kN * b.kc);
   const ptrdiff_t pf_rs = b.w_rs * static_cast<ptrdiff_t>(sizeof(T));
   for (size_t ip = 0; ip < b.panels(); ++ip) {
@@ -655,7 +654,7 @@ void WtBlockPacked(const WtBlockOf<T>& b) {
       const size_t cols = std::min(kWtCols, b.n - j0);
       float* panel = packed + j0 / kWtCols * kN * b.kc;
       if (ip == 0) PackRows16<kN, Conv>(cols, kN, b.kc, b.w_row(j0), b.w_rs, panel);
-      kernels[b.rows(ip) > kN ? 1 : 0][cols - 1](
+      kKernelsWtPacked[b.rows(ip) > kN ? 1 : 0][cols - 1](
           b.kc, b.x(ip), panel, b.c_at(ip, j0), b.ldc, b.add, b.rows(ip),
           reinterpret_cast<const char*>(b.w_row(j0 + kWtCols)), pf_rs,
           ip == 0 ? b.next_rows(j0) : 0);

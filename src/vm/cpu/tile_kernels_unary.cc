@@ -162,25 +162,25 @@ void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const
     case BinaryOp::kMinimum:
       return run([](VF x, VF y) { return NanMin(x, y); });
     case BinaryOp::kPow:
-      // pow(x, 2) rounds x*x exactly like the double spec; other exponents stay exact.
+      // pow(x, 2) rounds x*x exactly like the double spec; other exponents: PowRowF32 below.
       if (binc == 0 && rs.b == 0 && (rs.outer == 1 || rs.ob == 0) && b[0] == 2.0f)
         return run([](VF x, VF) { return hn::Mul(x, x); });
-      if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
-            BinaryF32(op, one, dst + od, a + oa, ainc, b + ob, binc, n);
-          }))
-        return;
-      for (int64_t r = 0; r < rs.rows; ++r)
-        PowRowF32(dst + r * rs.d, a + r * rs.a, ainc, b + r * rs.b, binc, n);
-      return;
+      [[fallthrough]];
     default:
       if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t) {
             BinaryF32(op, one, dst + od, a + oa, ainc, b + ob, binc, n);
           }))
         return;
-      for (int64_t r = 0; r < rs.rows; ++r)
+      for (int64_t r = 0; r < rs.rows; ++r) {
+        float* dr = dst + r * rs.d;
+        const float *ar = a + r * rs.a, *br = b + r * rs.b;
+        if (op == BinaryOp::kPow) {
+          PowRowF32(dr, ar, ainc, br, binc, n);
+          continue;
+        }
         for (int64_t i = 0; i < n; ++i)
-          dst[r * rs.d + i] =
-              ops::binary_f32(op, a[r * rs.a + (ainc ? i : 0)], b[r * rs.b + (binc ? i : 0)]);
+          dr[i] = ops::binary_f32(op, ar[ainc ? i : 0], br[binc ? i : 0]);
+      }
   }
 }
 
