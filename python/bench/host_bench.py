@@ -31,8 +31,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -197,22 +195,18 @@ def first_call_child(model, backend):
 def first_call(inductor, reps):
     """Median over `reps` fresh processes per model and backend, the backends taking turns
     within each repetition (a shared machine's speed drifts by tens of percent over minutes)."""
+    from models_bench import fresh_process_first_s  # this directory (the script's own)
+
     backends = ["eager", "dvm"] + (["inductor"] if inductor else [])
     out = {}
     for model in MODELS:
         samples = {be: [] for be in backends}
         for _ in range(reps):
             for be in backends:
-                # a cold start: Inductor (and Triton-less C++ codegen) caches compiled graphs
-                # on disk; every child gets an empty cache folder
-                with tempfile.TemporaryDirectory() as cache:
-                    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-                    r = subprocess.run([sys.executable, __file__, "--child", model, be],
-                                       capture_output=True, text=True, env=env)
-                try:
-                    samples[be].append(json.loads(r.stdout.strip().splitlines()[-1])["first_s"])
-                except (IndexError, ValueError, KeyError):
-                    print(f"first_call {model} {be} failed:\n{r.stderr[-2000:]}", flush=True)
+                s = fresh_process_first_s([__file__, "--child", model, be],
+                                          f"first_call {model} {be}")
+                if s is not None:
+                    samples[be].append(s)
         row = {be: statistics.median(v) if v else None for be, v in samples.items()}
         row["samples"] = samples
         if row.get("dvm") and row.get("eager"):

@@ -115,23 +115,32 @@ COLD_LENGTH = 32
 COLD_BACKENDS = ("eager", "dvm", "inductor")  # "eager": Dynamo's trace alone
 
 
-def cold_first_calls(name, reps, threads, dtype_name):
-    """Median over `reps` fresh processes per backend (taking turns), each with an empty
-    Inductor cache directory; {backend: seconds or None}."""
+def fresh_process_first_s(argv, what):
+    """Runs `python argv...` in a fresh process with an empty Inductor cache directory (a cold
+    start: Inductor caches compiled graphs on disk) and returns the "first_s" of the JSON line
+    it prints last; None, with its stderr printed, when it fails. (host_bench uses it too.)"""
     import tempfile
 
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env)
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])["first_s"]
+    except (IndexError, ValueError, KeyError):
+        print(f"{what} failed:\n{r.stderr[-2000:]}", flush=True)
+        return None
+
+
+def cold_first_calls(name, reps, threads, dtype_name):
+    """Median over `reps` fresh processes per backend (taking turns); {backend: seconds or
+    None}."""
     samples = {be: [] for be in COLD_BACKENDS}
     for _ in range(reps):
         for be in COLD_BACKENDS:
-            with tempfile.TemporaryDirectory() as cache:
-                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-                r = subprocess.run([sys.executable, __file__, "--threads", str(threads),
-                                    "--dtype", dtype_name, "--cold-child", name, be],
-                                   capture_output=True, text=True, env=env)
-            try:
-                samples[be].append(json.loads(r.stdout.strip().splitlines()[-1])["first_s"])
-            except (IndexError, ValueError, KeyError):
-                print(f"cold first call {name} {be} failed:\n{r.stderr[-2000:]}", flush=True)
+            s = fresh_process_first_s([__file__, "--threads", str(threads), "--dtype", dtype_name,
+                                       "--cold-child", name, be], f"cold first call {name} {be}")
+            if s is not None:
+                samples[be].append(s)
     return {be: statistics.median(v) if v else None for be, v in samples.items()}
 
 
