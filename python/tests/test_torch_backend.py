@@ -414,7 +414,7 @@ def test_collector_paused_while_compiling_and_restored(monkeypatch):
     monkeypatch.setattr(backend, "_compile", boom)
     with pytest.raises(RuntimeError, match="compile failed"):
         backend.dvm_backend(torch.fx.symbolic_trace(lambda x: x + 1), [torch.randn(2)])
-    assert gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
     gc.disable()
     try:
         with pytest.raises(RuntimeError):
@@ -422,6 +422,59 @@ def test_collector_paused_while_compiling_and_restored(monkeypatch):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_compile_collects_its_own_cycles_and_keeps_a_programs_frozen_objects(monkeypatch):
+    """While the backend compiles, the objects older than the compile are frozen; at its end the
+    cycles the compile made are collected (the collection then finds no work left for later)
+    and nothing stays frozen. Objects the program froze itself stay frozen."""
+    import gc
+
+    from dvm.torch_backend import backend
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+    frozen_during = []
+    real = backend.partition_and_compile
+
+    def spy(*a, **k):
+        frozen_during.append(gc.get_freeze_count())
+        Cycle()  # garbage the compile leaves behind
+        return real(*a, **k)
+
+    monkeypatch.setattr(backend, "partition_and_compile", spy)
+    made = []
+
+    def on_gc(phase, info):
+        if phase == "stop":
+            made.append(info["collected"])
+
+    gc.collect()
+    gc.callbacks.append(on_gc)
+    try:
+        cf = torch.compile(lambda x: torch.sin(x) * 2, backend="dvm", dynamic=True)
+        x = torch.randn(3, 5)
+        torch.testing.assert_close(cf(x), torch.sin(x) * 2)
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert frozen_during and frozen_during[0] > 0
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    assert sum(made) >= 1  # the cycle made inside the compile was collected
+
+    torch._dynamo.reset()
+    frozen_during.clear()
+    gc.freeze()  # the program's own (a pre-fork server, say)
+    try:
+        mine = gc.get_freeze_count()
+        cf = torch.compile(lambda x: torch.cos(x) - 1, backend="dvm", dynamic=True)
+        torch.testing.assert_close(cf(x), torch.cos(x) - 1)
+        # Not frozen again (the count only falls, as frozen objects die), nor unfrozen.
+        assert len(frozen_during) == 1 and 0 < frozen_during[0] <= mine
+        assert 0 < gc.get_freeze_count() <= mine
+    finally:
+        gc.unfreeze()
 
 
 def test_decomposition_table_keeps_dvm_composites():
