@@ -20,8 +20,16 @@ from ._tensors import (_FLOAT_DTYPES, _T2D, _arg, _InPyTorch, _leaf, _out, _pend
 _SLICE_END = (1 << 63) - 1
 
 
+def _dvm_dtype(dtype):
+    """DVM's dtype of a torch dtype; one DVM does not run (f64, complex) runs in PyTorch."""
+    d = _T2D.get(dtype)
+    if d is None:
+        raise _Unsupported
+    return d
+
+
 def _dt(t):
-    return _T2D[t.dtype]
+    return _dvm_dtype(t.dtype)
 
 
 def _as(h, dtype):
@@ -122,7 +130,7 @@ def _rsub(a, b, *, alpha=1):
     if not _is_num(b) or a.dtype == _torch.bool:
         raise _Unsupported
     rt = _torch.result_type(a, b)
-    x = _as(_arg(a), _T2D[rt])
+    x = _as(_arg(a), _dvm_dtype(rt))
     if alpha != 1:
         x = _lz.binary(BinaryOp.MUL, x, float(alpha))
     return _out(_lz.binary(BinaryOp.SUB, float(b), x))
@@ -177,7 +185,7 @@ def _where(cond, a, b):
     rt = _torch.result_type(a, b)
     if rt not in _T2D or cond.dtype != _torch.bool:
         raise _Unsupported
-    d = _T2D[rt]
+    d = _dvm_dtype(rt)
     return _out(_lz.select(_arg(cond), _as(_arg(a), d), _as(_arg(b), d)))
 
 
@@ -218,7 +226,7 @@ def _to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_bl
         raise _Unsupported
     if memory_format not in (None, _torch.preserve_format, _torch.contiguous_format):
         raise _Unsupported
-    d = _T2D[dtype] if dtype is not None else _dt(x)
+    d = _dvm_dtype(dtype) if dtype is not None else _dt(x)
     h = _arg(x)
     r = _lz.cast(h, d)
     if r.same_as(h):
@@ -254,7 +262,7 @@ def _reduce(op):
     def h(x, dim=None, keepdim=False, *, dtype=None):
         hx = _arg(x)
         if dtype is not None:
-            hx = _as(hx, _T2D[dtype])
+            hx = _as(hx, _dvm_dtype(dtype))
         elif op == ReduceOp.SUM and x.dtype in (_torch.bool, _torch.int32):
             hx = _as(hx, DType.I64)
         elif op == ReduceOp.MEAN and not x.dtype.is_floating_point:
@@ -340,15 +348,31 @@ def _softmax(fn):
     return h
 
 
-def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+def _layer_norm_refusal(x, normalized_shape, weight, bias):
+    """Why DVM does not record this layer norm (None: it does). Shapes torch rejects (not x's
+    trailing dims, parameters of another shape) go to PyTorch, which reports them: its check
+    is in the kernel this handler replaces."""
     if not x.dtype.is_floating_point:
+        return "dtype"
+    shape = tuple(normalized_shape)
+    n = len(shape)
+    if n == 0 or n > x.dim() or tuple(x.shape[x.dim() - n:]) != shape:
+        return "shape"
+    for p in (weight, bias):
+        if p is not None and tuple(p.shape) != shape:
+            return "parameter shape"
+    if bias is not None and weight is None:
+        return "bias without weight"
+    return None
+
+
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    if _layer_norm_refusal(x, normalized_shape, weight, bias) is not None:
         raise _Unsupported
     n = len(normalized_shape)
     hx = _arg(x)
     hw = None if weight is None else _arg(weight)
     hb = None if bias is None else _arg(bias)
-    if hb is not None and hw is None:
-        raise _Unsupported
     out = _lz.layer_norm(hx, hw, hb, float(eps), n)
     # mean and rstd: recorded too, dropped by the flush unless someone keeps them.
     axes = list(range(x.dim() - n, x.dim()))
@@ -419,7 +443,7 @@ def _gather(x, dim, index, *, sparse_grad=False):
 
 def _cumsum(x, dim, *, dtype=None):
     # torch promotes integers and bool to int64 unless a dtype is given
-    d = _T2D[dtype] if dtype is not None else (_dt(x) if x.dtype in _FLOAT_DTYPES
+    d = _dvm_dtype(dtype) if dtype is not None else (_dt(x) if x.dtype in _FLOAT_DTYPES
                                                else DType.I64)
     return _out(_lz.cumsum(_as(_arg(x), d), dim))
 

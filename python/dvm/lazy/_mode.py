@@ -1,9 +1,12 @@
-"""The lazy torch mode and its flush policy.
+"""The lazy torch modes and their flush policy.
 
-Every aten op issued in a mode reaches ``__torch_dispatch__``: an op with a handler
-(``_handlers``) is recorded unless autograd needs it; a handler may refuse the call (counted in
-``handler_fallbacks()``). Everything else runs in PyTorch (``_run_eagerly``), after a flush when
-it reads a pending value or writes memory the trace reads or produces.
+Hot torch functions (``F.linear``, ``@``, ``F.layer_norm``, elementwise methods, views: see
+``_functions``) are recorded by a function mode where Python calls them. Every aten op issued in
+a mode (those functions' forms that the function level leaves alone, and everything else)
+reaches ``__torch_dispatch__``: an op with a handler (``_handlers``) is recorded unless autograd
+needs it; a handler may refuse the call (counted in ``handler_fallbacks()``). Everything else
+runs in PyTorch (``_run_eagerly``), after a flush when it reads a pending value or writes memory
+the trace reads or produces.
 """
 
 import functools
@@ -162,6 +165,46 @@ def _make_mode_class(torch):
     return DvmLazyMode
 
 
+_fn_mode_class = None
+_FUNCTIONS = {}  # torch function / Tensor method -> handler (_functions, filled by the class)
+
+
+def _make_fn_mode_class(torch):
+    """The function-level front (``_functions``): hot torch functions recorded where Python
+    calls them, one lazy op per call instead of one Python dispatch per ATen op."""
+    from torch.overrides import TorchFunctionMode
+
+    global _FUNCTIONS
+    from ._functions import FUNCTIONS
+
+    _FUNCTIONS = FUNCTIONS
+    plain = (torch.Tensor, torch.nn.Parameter)
+    no_python_key = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+    exclude = torch._C._ExcludeDispatchKeyGuard
+
+    class DvmLazyFunctionMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            handler = _FUNCTIONS.get(func)
+            # Tensor subclasses keep their own __torch_function__; autograd as in the dispatch
+            # mode. A refusal is no fallback: the dispatcher's ATen handlers take the call.
+            if handler is not None and all(t in plain for t in types) and (
+                    _graph_task_id() == -1 and
+                    (not _grad_enabled() or not _needs_grad(args, kwargs or {}))):
+                try:
+                    with exclude(no_python_key):
+                        return handler(*args, **kwargs) if kwargs else handler(*args)
+                except _FALLBACK:
+                    pass
+            return func(*args, **kwargs) if kwargs else func(*args)
+
+    return DvmLazyFunctionMode
+
+
+def _functions_on():
+    """DVM_LAZY_FUNCTIONS=0 records at the ATen level only (for comparisons and diagnosis)."""
+    return os.environ.get("DVM_LAZY_FUNCTIONS", "1").strip() != "0"
+
+
 _auto_threads = [None]  # the thread count lazy mode last took from torch (None: never)
 
 
@@ -189,10 +232,11 @@ class LazyMode:
         self.max_trace_ops = max_trace_ops
         self.freeze_weights = freeze_weights
         self._modes = []
+        self._fn_modes = []
         self._outer_freeze = []
 
     def __enter__(self):
-        global _mode_class
+        global _mode_class, _fn_mode_class
         import torch
 
         _install(torch)
@@ -206,6 +250,13 @@ class LazyMode:
         mode = _mode_class()
         mode.__enter__()
         self._modes.append(mode)
+        fmode = None
+        if _functions_on():
+            if _fn_mode_class is None:
+                _fn_mode_class = _make_fn_mode_class(torch)
+            fmode = _fn_mode_class()
+            fmode.__enter__()
+        self._fn_modes.append(fmode)
         _tensors._patch(True)
         _state.depth += 1
         self._outer_freeze.append(_state.freeze)
@@ -214,6 +265,9 @@ class LazyMode:
 
     def __exit__(self, *exc):
         mode = self._modes.pop()
+        fmode = self._fn_modes.pop()
+        if fmode is not None:
+            fmode.__exit__(*exc)
         try:
             _flush(FlushReason.SYNC)
         finally:
