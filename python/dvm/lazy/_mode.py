@@ -178,18 +178,20 @@ def _make_fn_mode_class(torch):
     from ._functions import FUNCTIONS
 
     _FUNCTIONS = FUNCTIONS
-    plain = (torch.Tensor, torch.nn.Parameter)
+    # The argument types of calls on plain tensors (torch lists each overloaded type once):
+    # Tensor subclasses keep their own __torch_function__.
+    T, P = torch.Tensor, torch.nn.Parameter
+    plain = frozenset([(), (T,), (P,), (T, P), (P, T)])
     no_python_key = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
     exclude = torch._C._ExcludeDispatchKeyGuard
 
     class DvmLazyFunctionMode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             handler = _FUNCTIONS.get(func)
-            # Tensor subclasses keep their own __torch_function__; autograd as in the dispatch
-            # mode. A refusal is no fallback: the dispatcher's ATen handlers take the call.
-            if handler is not None and all(t in plain for t in types) and (
-                    _graph_task_id() == -1 and
-                    (not _grad_enabled() or not _needs_grad(args, kwargs or {}))):
+            # Autograd as in the dispatch mode. A refusal is no fallback: the dispatcher's ATen
+            # handlers take the call.
+            if handler is not None and types in plain and _graph_task_id() == -1 and (
+                    not _grad_enabled() or not _needs_grad(args, kwargs or {})):
                 try:
                     with exclude(no_python_key):
                         return handler(*args, **kwargs) if kwargs else handler(*args)
