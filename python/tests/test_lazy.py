@@ -906,3 +906,49 @@ def test_float64_conversions_run_in_pytorch():
         assert g_.dtype == w_.dtype
         torch.testing.assert_close(g_, w_)
     assert L.handler_fallbacks()
+
+
+def test_function_level_indexing_embedding_and_factories(aten_calls):
+    g = torch.Generator().manual_seed(8)
+    emb, mask = torch.randn(10, 6, generator=g), torch.tril(torch.ones(1, 1, 9, 9))
+    ids = torch.tensor([[1, 4, 4, 9]])
+
+    def prog():
+        t = ids.shape[1]
+        x = F.embedding(ids, emb) + F.embedding(torch.arange(t).unsqueeze(0), emb)
+        att = x @ x.transpose(-2, -1)
+        att = att.masked_fill(mask[:, :, :t, :t][0] == 0, float("-inf"))
+        return [x, F.softmax(att, dim=-1), torch.zeros(2, 3) + x[0, :2, :3], x[..., 1:5:2]]
+
+    with torch.no_grad():
+        want = prog()
+        with L():
+            got = prog()
+    for w_, g_ in zip(want, got):
+        torch.testing.assert_close(g_, w_)
+    # Only the indexing of a pending value (x[0, :2, :3], x[..., 1:5:2]) took the ATen path.
+    assert {op.split(".")[1] for op in aten_calls} <= {"select", "slice", "unsqueeze"}
+    assert L.handler_fallbacks() == {}
+
+
+def test_function_level_steps_aside_for_another_dispatch_mode(aten_calls):
+    # A dispatch mode entered inside lazy mode (a FakeTensorMode, a tracer) sees every op: the
+    # function level, which bypasses the Python dispatch key, leaves the calls to the dispatcher.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, w = torch.randn(2, 8), torch.randn(3, 8)
+    with torch.no_grad(), L():
+        with Watch():
+            y = F.linear(x, w)
+            z = torch.arange(4)
+        assert L.is_pending(y)
+    torch.testing.assert_close(y, x @ w.t())
+    assert any("mm" in op for op in seen) and "aten.arange.default" in seen
+    assert torch.equal(z, torch.arange(4))

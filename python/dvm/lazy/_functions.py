@@ -161,6 +161,43 @@ def _split(x, split_size, dim=0):
     return tuple(_view_of(o, r, x) for o, r in zip(outs, H._lz_split(hx, x, split_size, dim)))
 
 
+def _embedding(indices, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+               scale_grad_by_freq=False, sparse=False):
+    if max_norm is not None or not isinstance(indices, _torch.Tensor):
+        raise _Unsupported  # max_norm renormalizes the weight in place
+    return H._embedding(weight, indices)  # padding_idx and the rest only concern gradients
+
+
+def _basic_index(i):
+    return i is None or i is Ellipsis or type(i) is int or type(i) is slice
+
+
+def _getitem(x, index):
+    """Basic indexing (ints, slices, None, ...) of a tensor that is not pending: its real view,
+    without a trip through the dispatch mode per slice (a causal mask's [:, :, :t, :t]). Of a
+    pending tensor, and any advanced index, the ATen path."""
+    if isinstance(index, tuple):
+        if not all(_basic_index(i) for i in index):
+            raise _Unsupported
+    elif not _basic_index(index):
+        raise _Unsupported
+    if _pending(x) is not None:
+        raise _Unsupported
+    return _tb.__getitem__(x, index)
+
+
+def _creation(func):
+    """A factory (arange, zeros, ...) called without tensor arguments or out=: it reads no
+    value, so it runs in PyTorch straight away, not through the dispatch mode."""
+
+    def h(*args, **kwargs):
+        if "out" in kwargs or any(isinstance(a, _torch.Tensor) for a in args):
+            raise _Unsupported
+        return func(*args, **kwargs)
+
+    return h
+
+
 _DIV = None
 
 
@@ -184,7 +221,10 @@ def _build():
         _tb.tanh: tanh, _torch.tanh: tanh, _tb.pow: _pow, _torch.pow: _pow,
         _tb.masked_fill: H._masked_fill,
         _tb.view: _view, _tb.transpose: _transpose, _tb.contiguous: _contiguous,
-        _torch.Tensor.split: _split,
+        _torch.Tensor.split: _split, _tb.__getitem__: _getitem,
+        _F.embedding: _embedding,
+        **{f: _creation(f) for f in (_torch.arange, _torch.zeros, _torch.ones, _torch.empty,
+                                     _torch.full, _torch.eye)},
     }
 
 

@@ -184,13 +184,17 @@ def _make_fn_mode_class(torch):
     plain = frozenset([(), (T,), (P,), (T, P), (P, T)])
     no_python_key = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
     exclude = torch._C._ExcludeDispatchKeyGuard
+    dispatch_modes = torch._C._len_torch_dispatch_stack
 
     class DvmLazyFunctionMode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             handler = _FUNCTIONS.get(func)
-            # Autograd as in the dispatch mode. A refusal is no fallback: the dispatcher's ATen
-            # handlers take the call.
-            if handler is not None and types in plain and _graph_task_id() == -1 and (
+            # Autograd as in the dispatch mode. Handlers bypass the Python dispatch key: only
+            # while lazy mode's own dispatch modes are all there is on it (another mode, say a
+            # FakeTensorMode, must see every op). A refusal is no fallback: the dispatcher's
+            # ATen handlers take the call.
+            if handler is not None and types in plain and dispatch_modes() == _state.depth and \
+                    _graph_task_id() == -1 and (
                     not _grad_enabled() or not _needs_grad(args, kwargs or {})):
                 try:
                     with exclude(no_python_key):
