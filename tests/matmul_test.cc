@@ -281,26 +281,32 @@ namespace {
 
 TEST(MatMul, ReductionsOfMatmulOutputs) {
   std::mt19937 rng(10);
-  // Row-wise softmax of x @ W shares the matmul's tile: one program.
-  {
+  // Row-wise softmax of x @ W shares the matmul's tile (one program) unless the rows are
+  // fewer than a quarter of the contraction: then the product has tiles of its own (column
+  // tiles, B read once between the threads) and a second program reduces its rows.
+  for (int64_t kdim : {32, 256}) {
     KernelBuilder kb("mm_softmax");
     Dim S = kb.symbol("S");
-    Value x = kb.load("x", DType::kF32, {S, 32});
-    Value w = kb.load("w", DType::kF32, {32, 48});
+    Value x = kb.load("x", DType::kF32, {S, kdim});
+    Value w = kb.load("w", DType::kF32, {kdim, 48});
     Value s = kb.matmul(x, w);
     Value e = kb.unary(UnaryOp::kExp, kb.sub(s, kb.max(s, {-1}, true)));
     kb.store("y", kb.div(e, kb.sum(e, {-1}, true)));
     Kernel k = kb.build().value();
-    for (int64_t n : {1, 9, 130}) {
-      std::vector<Buffer> in = {make_buffer(DType::kF32, {n, 32}, rng),
-                                make_buffer(DType::kF32, {32, 48}, rng)};
+    for (int64_t n : {1, 9, 63, 64, 130}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {n, kdim}, rng),
+                                make_buffer(DType::kF32, {kdim, 48}, rng)};
       expect_matches_reference(k, in, Tolerance{1e-5, 1e-4});
-      auto ck = CompiledKernel::create(k).value();
-      std::vector<TensorArg> args = {in[0].arg, in[1].arg};
-      Buffer y = make_buffer(DType::kF32, {n, 48}, rng);
-      RunStats st;
-      ASSERT_TRUE(ck->run(args, {&y.arg, 1}, {}, &st).is_ok());
-      EXPECT_EQ(st.programs, 1);
+      for (int threads : {1, 2}) {
+        CompileOptions opts;
+        opts.num_threads = threads;
+        auto ck = CompiledKernel::create(k, opts).value();
+        std::vector<TensorArg> args = {in[0].arg, in[1].arg};
+        Buffer y = make_buffer(DType::kF32, {n, 48}, rng);
+        RunStats st;
+        ASSERT_TRUE(ck->run(args, {&y.arg, 1}, {}, &st).is_ok());
+        EXPECT_EQ(st.programs, n * 4 < kdim ? 2 : 1) << "K " << kdim << " rows " << n;
+      }
     }
   }
   // Layernorm of a residual + x @ W^T: two row reductions in the tile. Rows of 64 to 768 must

@@ -410,19 +410,35 @@ bool Encoder::reduce_fits_matmul_tile(int node) const {
          in.d[in.rank - 1] <= kMaxMatmulRow;
 }
 
+// Does a matmul have so few rows for its contraction that a tile of whole output rows costs
+// more than it saves? Such tiles (a row reduction in the tile: linear + residual + LayerNorm)
+// can only be split among threads by rows, and then every thread reads all of B, where
+// column tiles read it once between them; the separate pass over the output that the tile
+// saves costs rows x N x 8 bytes, against N x K x 2 more of B at two threads. Decided by the
+// shapes alone, never the thread count, so results do not depend on it. (GPT-2's c_proj +
+// residual + LayerNorm at 40 rows, K = 1024, N = 256, 2 threads: 88 us in one tile of rows
+// against 66 us for the matmul alone.)
+bool Encoder::matmul_rows_few(int node) const {
+  const CShape& out = shape_of(b_, node);
+  const CShape& a = shape_of(b_, def_.nodes[node].inputs[0]);
+  if (out.rank < 2 || a.rank < 1) return false;
+  const int64_t k = a.d[a.rank - 1];
+  return out.numel() / std::max<int64_t>(1, out.d[out.rank - 1]) * 4 < k;
+}
+
 // Marks the matmuls that feed, through elementwise ops, a reduction that cannot share their
-// tile.
+// tile, or whose rows are too few to share it (matmul_rows_few).
 void Encoder::plan_matmuls() {
   mm_alone_.assign(def_.nodes.size(), 0);
   for (size_t r = 0; r < def_.nodes.size(); ++r) {
-    if (def_.nodes[r].kind != OpKind::kReduce || reduce_fits_matmul_tile(static_cast<int>(r)))
-      continue;
+    if (def_.nodes[r].kind != OpKind::kReduce) continue;
+    const bool fits = reduce_fits_matmul_tile(static_cast<int>(r));
     std::vector<int> todo = {def_.nodes[r].inputs[0]};
     while (!todo.empty()) {
       int x = todo.back();
       todo.pop_back();
       const Node& n = def_.nodes[x];
-      if (n.kind == OpKind::kMatMul) mm_alone_[x] = 1;
+      if (n.kind == OpKind::kMatMul && (!fits || matmul_rows_few(x))) mm_alone_[x] = 1;
       bool elementwise = n.kind == OpKind::kUnary || n.kind == OpKind::kBinary ||
                          n.kind == OpKind::kSelect || n.kind == OpKind::kCast;
       if (elementwise) todo.insert(todo.end(), n.inputs.begin(), n.inputs.end());
