@@ -480,6 +480,46 @@ TEST(Passes, ElementwiseMovesAboveReshapeIntoTheMatmulKernel) {
   }
 }
 
+// The last row of a model's head: its final norm, MLP and head run on the kept row only (a
+// value also used whole, the keys, stays whole and is sliced where the row needs it); every
+// output equals the graph's without the rewrite, at every length.
+TEST(Passes, SliceOfTheLastRowNarrowsTheRowwiseOpsBeforeIt) {
+  GraphBuilder gb("last_row");
+  SymExpr s = gb.symbol("S");
+  Tensor x = gb.input("x", DType::kF32, {1, s, 16});
+  Tensor w1 = gb.input("w1", DType::kF32, {24, 16});
+  Tensor b1 = gb.input("b1", DType::kF32, {24});
+  Tensor w2 = gb.input("w2", DType::kF32, {16, 24});
+  Tensor wk = gb.input("wk", DType::kF32, {16, 16});
+  Tensor head = gb.input("head", DType::kF32, {40, 16});
+  Tensor h = gb.layer_norm(x, Tensor{}, Tensor{}, 1e-5);
+  Tensor y = gb.add(x, gb.linear(gb.gelu(gb.linear(h, w1, b1)), w2, Tensor{}));
+  Tensor flat = gb.reshape(gb.layer_norm(y, Tensor{}, Tensor{}, 1e-5), {s, 16});
+  Tensor logits = gb.reshape(gb.matmul(flat, head, false, true), {1, s, 40});
+  gb.output("last", gb.reshape(gb.slice(logits, 1, s - 1, s), {1, 40}));
+  gb.output("keys", gb.matmul(h, wk));                           // h is also used whole
+  gb.output("first_two", gb.slice(gb.softmax(y, -1), 1, 0, 2));  // another slice of y
+  auto g = gb.build();
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  auto exe = Executable::compile(*g);
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  const std::string opt = (*exe)->optimized().to_string();
+  // y has two slices (two demands): computed whole, then each chain narrowed after it.
+  EXPECT_NE(opt.find("matmul"), std::string::npos);
+  EXPECT_EQ(opt.find(": f32[S, 40]"), std::string::npos) << opt;  // the head on S rows
+  EXPECT_NE(opt.find(": f32[1, 40]"), std::string::npos) << opt;
+  std::mt19937 rng(12);
+  for (int64_t len : {1, 2, 7, 33}) {
+    SCOPED_TRACE("S=" + std::to_string(len));
+    expect_fused_matches_unfused(
+        *g,
+        {random_host(DType::kF32, {1, len, 16}, rng), random_host(DType::kF32, {24, 16}, rng),
+         random_host(DType::kF32, {24}, rng), random_host(DType::kF32, {16, 24}, rng),
+         random_host(DType::kF32, {16, 16}, rng), random_host(DType::kF32, {40, 16}, rng)},
+        1e-5, /*unoptimized=*/true);
+  }
+}
+
 TEST(Passes, DecomposeLeavesNoComposites) {
   auto exe = Executable::compile(attention_graph(true));
   ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();

@@ -21,8 +21,12 @@ StatusOr<GraphDef> cse(const GraphDef& g);
 // Dead code elimination: drops nodes no output depends on (inputs are kept: they are the
 // argument list).
 StatusOr<GraphDef> dce(const GraphDef& g);
+// Computes only the rows a slice keeps, through the row-independent ops before it (a model's
+// last-token logits: its last layer's MLP and head run on that row).
+StatusOr<GraphDef> narrow_rows(const GraphDef& g);
 
-// The pipeline: decompose, then (optimize) canonicalize, constant_fold, cse, and dce.
+// The pipeline: decompose, then (optimize) canonicalize, constant_fold, cse, narrow_rows, and
+// dce.
 // DVM_DUMP_IR=1 prints the IR after each pass to stderr.
 StatusOr<GraphDef> run_pipeline(const GraphDef& g, bool optimize);
 
