@@ -23,7 +23,7 @@ import torch.nn.functional as _F
 from .._dvm import BinaryOp
 from .._dvm import lazy as _lz
 from . import _handlers as H
-from ._tensors import _FLOAT_DTYPES, _arg, _InPyTorch, _out, _pending, _Unsupported, _view_of
+from ._tensors import _FLOAT_DTYPES, _arg, _InPyTorch, _out, _pending, _Unsupported
 
 _tb = _torch._C.TensorBase
 
@@ -92,10 +92,13 @@ def _binary(aten_handler):
     return h
 
 
-def _div(a, b, *, rounding_mode=None, out=None):
-    if rounding_mode is not None or out is not None:
-        raise _Unsupported
-    return _DIV(a, b)
+def _div(aten_handler):
+    def h(a, b, *, rounding_mode=None, out=None):
+        if rounding_mode is not None or out is not None:
+            raise _Unsupported
+        return aten_handler(a, b)
+
+    return h
 
 
 def _compare(aten_handler):
@@ -122,7 +125,11 @@ def _pow(x, e, *, out=None):
     return H._pow(x, e)
 
 
-# Views: the real torch view (no data is read) and, of a pending input, its lazy form.
+# Views: the real torch view (no data is read) and, of a pending input, its lazy form: the ATen
+# handlers' own view machinery (_handlers._view_handler), called with the methods' arguments.
+_view_as = H._view_handler(_tb.view, H._lz_view)
+_transpose = H._view_handler(_tb.transpose, H._lz_transpose)
+_split_as = H._view_handler(_tb.split, H._lz_split)
 
 
 def _view(x, *shape):
@@ -130,15 +137,7 @@ def _view(x, *shape):
         shape = shape[0]
         if not isinstance(shape, (tuple, list)):
             raise _Unsupported  # view(dtype)
-    out = _tb.view(x, shape)
-    hx = _pending(x)
-    return out if hx is None else _view_of(out, _lz.reshape(hx, list(shape)), x)
-
-
-def _transpose(x, d0, d1):
-    out = _tb.transpose(x, d0, d1)
-    hx = _pending(x)
-    return out if hx is None else _view_of(out, _lz.transpose(hx, d0, d1), x)
+    return _view_as(x, list(shape))
 
 
 def _contiguous(x, memory_format=_torch.contiguous_format):
@@ -154,11 +153,7 @@ def _contiguous(x, memory_format=_torch.contiguous_format):
 def _split(x, split_size, dim=0):
     if not isinstance(split_size, int):
         raise _Unsupported  # split sizes: the ATen path
-    outs = _tb.split(x, split_size, dim)
-    hx = _pending(x)
-    if hx is None:
-        return outs
-    return tuple(_view_of(o, r, x) for o, r in zip(outs, H._lz_split(hx, x, split_size, dim)))
+    return _split_as(x, split_size, dim)
 
 
 def _embedding(indices, weight, padding_idx=None, max_norm=None, norm_type=2.0,
@@ -198,14 +193,10 @@ def _creation(func):
     return h
 
 
-_DIV = None
-
-
 def _build():
-    global _DIV
     aten = _torch.ops.aten
     ah = H.HANDLERS
-    _DIV = ah[aten.div.Tensor]
+    div = _div(ah[aten.div.Tensor])
     mul, add, sub = (_binary(ah[o]) for o in (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor))
     tanh = _unary(ah[aten.tanh.default])
     compares = [((getattr(_tb, n), getattr(_tb, f"__{n}__"), getattr(_torch, n)),
@@ -216,7 +207,7 @@ def _build():
         _F.layer_norm: _layer_norm,
         _F.softmax: _softmax, _tb.softmax: _softmax, _torch.softmax: _softmax,
         _tb.mul: mul, _torch.mul: mul, _tb.add: add, _torch.add: add,
-        _tb.sub: sub, _torch.sub: sub, _tb.div: _div, _torch.div: _div,
+        _tb.sub: sub, _torch.sub: sub, _tb.div: div, _torch.div: div,
         **{f: _compare(ah[o]) for fs, o in compares for f in fs},
         _tb.tanh: tanh, _torch.tanh: tanh, _tb.pow: _pow, _torch.pow: _pow,
         _tb.masked_fill: H._masked_fill,
