@@ -1110,3 +1110,28 @@ def test_convolution_with_overlapping_windows_falls_back_with_its_reason(caplog)
     with torch.no_grad(), caplog.at_level(logging.INFO):
         torch.testing.assert_close(c(x), m(x))
     assert tb.stats().get("fallback_nodes", 0) >= 1
+
+
+def test_output_that_is_a_view_of_an_input_stays_that_view():
+    """A graph returning a permuted view of an input beside DVM compute (HuggingFace's
+    Longformer) takes AOTAutograd's path, which rebuilds such an output from the compiled
+    output's size, strides and offset as a view of the input. A contiguous DVM copy there made
+    the rebuilt output read the input with the wrong layout (Longformer 1.4% off eager); the
+    view now stays a PyTorch view, in DVM only the compute."""
+
+    def f(x, a, b):
+        v = x.view(x.shape[0], x.shape[1], 4, 16).permute(1, 0, 2, 3)
+        return (a + b).softmax(-1), v
+
+    cf = torch.compile(f, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for s, t in ((5, 3), (7, 2), (9, 4)):
+            x = torch.randn(s, t, 64)
+            a, b = torch.randn(t, s, 4, 9), torch.randn(t, s, 1, 9)
+            got, want = cf(x, a, b), f(x, a, b)
+            for g_, w_ in zip(got, want):
+                torch.testing.assert_close(g_, w_)
+            assert got[1].stride() == want[1].stride()
+            assert got[1].data_ptr() == x.data_ptr()  # an alias of x, as in eager
+    st = tb.stats()
+    assert st.get("partitions_run", 0) >= 1 and st.get("fallback_nodes", 0) == 0, st

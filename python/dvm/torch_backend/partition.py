@@ -37,10 +37,48 @@ FREE_OPS = {
 }
 
 
+# The reason given to views that must stay views (see _input_aliases_returned).
+KEPT_VIEW = "a view of a graph input that the graph returns: kept a view (free in PyTorch)"
+
+
+def _input_aliases_returned(gm: torch.fx.GraphModule) -> set:
+    """The view nodes whose value shares storage with a graph input and reaches the graph's
+    outputs through views only. They must stay PyTorch views: AOTAutograd rebuilds an output
+    that aliases an input from the compiled output's size, strides and storage offset (an
+    as_strided of the input where the view's arguments are symbolic), so a DVM copy with other
+    strides made it read the input with the wrong layout (HuggingFace's Longformer returned a
+    permuted view of an input, then computed with a transposed copy of it)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(n):
+        v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        return StorageWeakRef(v.untyped_storage()) if isinstance(v, torch.Tensor) else None
+
+    inputs = {storage(n) for n in gm.graph.nodes if n.op == "placeholder"} - {None}
+    if not inputs:
+        return set()
+    views = FREE_OPS - {aten.clone.default, aten.lift_fresh_copy.default}
+    kept, todo = set(), []
+    outs = gm.graph.output_node().args[0]
+    for o in outs if isinstance(outs, (tuple, list)) else [outs]:
+        if isinstance(o, torch.fx.Node):
+            todo.append(o)
+    while todo:  # from each output up through views of input storage
+        n = todo.pop()
+        if n in kept or n.op != "call_function" or n.target not in views:
+            continue
+        if storage(n) not in inputs:
+            continue
+        kept.add(n)
+        todo.extend(a for a in n.all_input_nodes)
+    return kept
+
+
 class DvmOperatorSupport(OperatorSupportBase):
-    def __init__(self):
+    def __init__(self, kept_views=()):
         super().__init__()
         self.reasons: dict[torch.fx.Node, str | None] = {}
+        self.kept_views = set(kept_views)
 
     def reason(self, node) -> str | None:
         if node in self.reasons:
@@ -52,6 +90,8 @@ class DvmOperatorSupport(OperatorSupportBase):
     def _reason(self, node) -> str | None:
         if node.op != "call_function":
             return f"{node.op} node"
+        if node in self.kept_views:
+            return KEPT_VIEW
         if node.target is operator.getitem:
             src = node.args[0]
             if not isinstance(src, torch.fx.Node):
@@ -263,7 +303,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
         if n.op == "call_function" and not n.users and (
                 n.target is operator.getitem or n.target in _ALLOCATIONS or n.target in FREE_OPS):
             gm.graph.erase_node(n)
-    support = DvmOperatorSupport()
+    support = DvmOperatorSupport(_input_aliases_returned(gm))
     # the translator records which outputs of multi-output nodes it does not compute
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target is not operator.getitem:
@@ -285,7 +325,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, example_inputs, graph_name="
             continue
         if r is None:
             r = "a view/copy with no DVM compute around it (free in PyTorch)"
-        else:
+        elif r != KEPT_VIEW:
             n_fallback += 1
         n_logged += 1
         log_fallback("dvm: %s: %s (%s) runs in PyTorch: %s", graph_name, n.name, n.target, r)
