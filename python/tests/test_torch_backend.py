@@ -1135,3 +1135,28 @@ def test_output_that_is_a_view_of_an_input_stays_that_view():
             assert got[1].data_ptr() == x.data_ptr()  # an alias of x, as in eager
     st = tb.stats()
     assert st.get("partitions_run", 0) >= 1 and st.get("fallback_nodes", 0) == 0, st
+
+
+def test_dynamic_float_arguments_of_clamps_run_in_dvm():
+    """Under dynamic=True Dynamo passes model floats as SymFloats, nn.ReLU6's bounds included
+    (HuggingFace's MobileNetV2 ran 35 ReLU6 nodes in PyTorch on a TypeError): hardtanh,
+    clamp, leaky_relu's slope and scalar_tensor take them as rank-0 operands."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act, self.lin, self.slope = nn.ReLU6(), nn.Linear(8, 8), 0.2
+
+        def forward(self, x, lo: float, hi: float):
+            y = F.hardtanh(self.act(self.lin(x)) * 3, lo, hi) + F.leaky_relu(x, self.slope)
+            return y + torch.clamp(x, lo, hi) + torch.scalar_tensor(lo)
+
+    m = M().eval()
+    cm = torch.compile(m, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for n, lo, hi in ((3, -0.5, 2.0), (5, -0.25, 1.5), (7, 0.0, 6.0)):
+            x = torch.randn(n, 8) * 4
+            x[0, 0] = float("nan")  # clamp keeps NaN
+            torch.testing.assert_close(cm(x, lo, hi), m(x, lo, hi), equal_nan=True)
+    st = tb.stats()
+    assert st.get("fallback_nodes", 0) == 0 and st.get("partitions_run", 0) >= 1, st

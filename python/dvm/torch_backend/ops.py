@@ -97,6 +97,14 @@ def _operand(tr: Translator, a, dtype):
     return tr.sym_scalar(a, dtype)
 
 
+def _const(v, what):
+    """A float argument DVM bakes into the op; a SymFloat (a dynamic float: a rank-0 input
+    here) is refused with a reason instead of failing inside float()."""
+    if isinstance(v, dvm.Tensor):
+        raise Unsupported(f"{what} is a dynamic float (SymFloat) argument")
+    return float(v)
+
+
 def _binary(tr: Translator, op, a, b, compute_dtype):
     if any(isinstance(x, dvm.Tensor) and x.id in tr.float_scalars for x in (a, b)):
         # A SymFloat operand is a Python scalar to torch: it never changes the result dtype,
@@ -161,7 +169,26 @@ def _div_mode(tr: Translator, a, b, rounding_mode=None):
         return _binary(tr, B.FLOOR_DIV, a, b, out)
     if rounding_mode == "trunc" and _is_float(out):
         return tr.gb.unary(U.TRUNC, _binary(tr, B.DIV, a, b, out))
+    if rounding_mode == "trunc":
+        return _int_trunc_div(tr, a, b, out)
     raise Unsupported(f"div rounding_mode={rounding_mode} on {out}")
+
+
+def _int_trunc_div(tr: Translator, a, b, out):
+    """Integer division rounded toward zero (Longformer's chunk counts): the floor quotient,
+    plus one where it was rounded down from a negative non-integer quotient (a nonzero
+    remainder, operands of opposite signs)."""
+    q = _binary(tr, B.FLOOR_DIV, a, b, out)
+    r = _binary(tr, B.SUB, a, tr.gb.binary(B.MUL, q, _operand(tr, b, out)), out)
+
+    def negative(v):
+        return tr.gb.binary(B.LT, v, 0) if isinstance(v, dvm.Tensor) else v < 0
+
+    na, nb = negative(a if isinstance(a, dvm.Tensor) else _operand(tr, a, out)), negative(b)
+    opposite = (tr.gb.binary(B.NE, na, nb) if isinstance(nb, dvm.Tensor)
+                else (tr.gb.unary(U.LOGICAL_NOT, na) if nb else na))
+    up = tr.gb.binary(B.LOGICAL_AND, tr.gb.binary(B.NE, r, 0), opposite)
+    return tr.gb.select(up, tr.gb.binary(B.ADD, q, 1), q)
 
 
 def _cmp(op):
@@ -261,14 +288,32 @@ def _square(tr: Translator, x):
     return tr.gb.binary(B.MUL, x, x)
 
 
+def _bounded(tr: Translator, x, lo, hi):
+    """clamp(x, lo, hi) in the output dtype; a bound may be a SymFloat / SymInt argument
+    (Dynamo makes model floats dynamic: MobileNet's ReLU6 bounds), then a maximum / minimum
+    with it as a rank-0 operand (NaN propagates, as PyTorch's clamp)."""
+    out = tr.out_dtype()
+    x = tr.cast(x, out)
+    if all(v is None or isinstance(v, (int, float)) for v in (lo, hi)):
+        return tr.gb.clamp(x, lo=None if lo is None else float(lo),
+                           hi=None if hi is None else float(hi))
+    if lo is not None:
+        x = tr.gb.binary(B.MAXIMUM, x, _operand(tr, lo, out))
+    if hi is not None:
+        x = tr.gb.binary(B.MINIMUM, x, _operand(tr, hi, out))
+    return x
+
+
 @register("hardtanh.default")
 def _hardtanh(tr: Translator, x, lo=-1.0, hi=1.0):
-    return tr.gb.clamp(x, lo=float(lo), hi=float(hi))
+    return _bounded(tr, x, lo, hi)
 
 
 @register("leaky_relu.default")
 def _leaky_relu(tr: Translator, x, slope=0.01):
-    return tr.gb.select(tr.gb.binary(B.GT, x, 0.0), x, tr.gb.binary(B.MUL, x, float(slope)))
+    out = tr.out_dtype()
+    x = tr.cast(x, out)
+    return tr.gb.select(tr.gb.binary(B.GT, x, 0.0), x, _binary(tr, B.MUL, x, slope, out))
 
 
 @register("clamp.default", "clamp_min.default", "clamp_max.default")
@@ -276,13 +321,7 @@ def _clamp(tr: Translator, x, lo=None, hi=None):
     t = tr.node.target
     if t is getattr(aten.clamp_max, "default", None):
         lo, hi = None, lo
-    out = tr.out_dtype()
-    x = tr.cast(x, out)
-    if lo is not None and not isinstance(lo, (int, float)) or (
-        hi is not None and not isinstance(hi, (int, float))
-    ):
-        raise Unsupported("symbolic clamp bounds")
-    return tr.gb.clamp(x, lo=None if lo is None else float(lo), hi=None if hi is None else float(hi))
+    return _bounded(tr, x, lo, hi)
 
 
 @register("clamp.Tensor")
@@ -593,7 +632,16 @@ def _select_scatter(tr: Translator, base, src, dim, index):
 
 @register("flip.default")
 def _flip(tr: Translator, x, dims):
-    raise Unsupported("flip (negative strides) is not in DVM's slice")
+    """Each flipped axis gathered at n - 1 - i (DVM's slices have positive steps)."""
+    i64 = dvm.DType.I64
+    r = tr.rank(x)
+    for d in sorted({tr.axis(d, r) for d in dims}):
+        n = tr.shape(x)[d]
+        if same_dim(n, 1):
+            continue
+        last = tr.gb.binary(B.SUB, tr.sym_scalar(n, i64), 1)
+        x = tr.gb.index_select(x, d, tr.gb.binary(B.SUB, last, tr.gb.iota([n], 0, i64)))
+    return x
 
 
 # ---- constants and generators -----------------------------------------------------------------
@@ -811,14 +859,14 @@ def _softmax(tr: Translator, x, dim, half_to_float=False):
 @register("native_layer_norm.default")
 def _native_layer_norm(tr: Translator, x, normalized_shape, weight, bias, eps):
     n = len(normalized_shape)
-    y = tr.gb.layer_norm(x, weight, bias, eps=float(eps), num_axes=n)
+    y = tr.gb.layer_norm(x, weight, bias, eps=_const(eps, "eps"), num_axes=n)
     r = tr.rank(x)
     axes = list(range(r - n, r))
     stat = tr.out_dtype(1)
     xf = tr.cast(x, stat)
     mean = tr.gb.reduce(R.MEAN, xf, axes, keepdims=True)
     var = tr.gb.variance(xf, axes, correction=0.0, keepdims=True)
-    rstd = tr.gb.unary(U.RSQRT, tr.gb.binary(B.ADD, var, float(eps)))
+    rstd = tr.gb.unary(U.RSQRT, _binary(tr, B.ADD, var, eps, stat))
     return y, mean, rstd
 
 
@@ -827,7 +875,7 @@ def _fused_rms_norm(tr: Translator, x, normalized_shape, weight=None, eps=None):
     n = len(normalized_shape)
     if eps is None:
         eps = torch.finfo(tr.out_dtype(0)).eps
-    y = tr.gb.rms_norm(x, weight, eps=float(eps), num_axes=n)
+    y = tr.gb.rms_norm(x, weight, eps=_const(eps, "eps"), num_axes=n)
     return y, None
 
 
@@ -835,7 +883,7 @@ def _fused_rms_norm(tr: Translator, x, normalized_shape, weight=None, eps=None):
 def _rms_norm(tr: Translator, x, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = torch.finfo(tr.out_dtype()).eps
-    return tr.gb.rms_norm(x, weight, eps=float(eps), num_axes=len(normalized_shape))
+    return tr.gb.rms_norm(x, weight, eps=_const(eps, "eps"), num_axes=len(normalized_shape))
 
 
 # ---- convolutional models: batch and group norm, padding, pooling, elu ----------------------
@@ -856,7 +904,7 @@ def _batch_norm_eval(tr: Translator, x, weight, bias, running_mean, running_var,
     if r < 2:
         raise Unsupported("batch norm of a tensor of rank < 2")
     f32 = dvm.DType.F32
-    invstd = tr.gb.unary(U.RSQRT, tr.gb.binary(B.ADD, tr.cast(running_var, f32), float(eps)))
+    invstd = tr.gb.unary(U.RSQRT, _binary(tr, B.ADD, tr.cast(running_var, f32), eps, f32))
     a = invstd if weight is None else tr.gb.binary(B.MUL, invstd, tr.cast(weight, f32))
     shift = tr.gb.binary(B.MUL, tr.cast(running_mean, f32), a)
     b = (tr.gb.unary(U.NEG, shift) if bias is None
@@ -885,7 +933,7 @@ def _group_norm(tr: Translator, x, weight, bias, n, c, hw, group, eps):
     g = tr.gb.reshape(tr.cast(x, stat), [shape[0], group, per_group])
     mean = tr.gb.reduce(R.MEAN, g, [2], keepdims=True)
     var = tr.gb.variance(g, [2], correction=0.0, keepdims=True)
-    rstd = tr.gb.unary(U.RSQRT, tr.gb.binary(B.ADD, var, float(eps)))
+    rstd = tr.gb.unary(U.RSQRT, _binary(tr, B.ADD, var, eps, stat))
     y = tr.gb.reshape(tr.gb.binary(B.MUL, tr.gb.binary(B.SUB, g, mean), rstd), shape)
     if weight is not None:
         y = tr.gb.binary(B.MUL, y, _per_channel(tr, tr.cast(weight, stat), r))
@@ -1087,12 +1135,12 @@ def _addmm(tr: Translator, bias, a, b, *, beta=1, alpha=1):
     out = tr.out_dtype()
     y = _mm(tr, a, b, 2)
     if alpha != 1:
-        y = tr.gb.binary(B.MUL, y, float(alpha))
+        y = _binary(tr, B.MUL, y, alpha, out)
     bias = tr.cast(bias, out)
     if beta == 0:
         return y
     if beta != 1:
-        bias = tr.gb.binary(B.MUL, bias, float(beta))
+        bias = _binary(tr, B.MUL, bias, beta, out)
     return tr.gb.binary(B.ADD, y, bias)
 
 
@@ -1155,7 +1203,7 @@ def _attention(tr: Translator, q, k, v, attn_mask, dropout_p, is_causal, scale):
     if reason is not None:
         raise Unsupported(reason)
     return tr.gb.attention(q, k, v, mask=attn_mask, causal=bool(is_causal),
-                           scale=0.0 if scale is None else float(scale))
+                           scale=0.0 if scale is None else _const(scale, "scale"))
 
 
 @register("_scaled_dot_product_flash_attention_for_cpu.default")

@@ -145,6 +145,8 @@ class Translator:
         """A rank-0 tensor holding an int | SymExpr value (a size used as data)."""
         if isinstance(value, (int, float, bool)):
             return self.constant(value, dtype)
+        if isinstance(value, dvm.Tensor):  # a SymFloat argument (a rank-0 input)
+            return self.cast(value, dtype)
         # max(iota([value])) + 1 == value (value >= 1: sizes of backed dims are >= 2)
         i = self.gb.iota([value], 0, dvm.DType.I64)
         v = self.gb.binary(dvm.BinaryOp.ADD, self.gb.reduce(dvm.ReduceOp.MAX, i, [0]), 1)
