@@ -2,6 +2,7 @@
 // evaluation and parsing.
 #include <nanobind/operators.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 

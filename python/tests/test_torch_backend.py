@@ -1160,3 +1160,27 @@ def test_dynamic_float_arguments_of_clamps_run_in_dvm():
             torch.testing.assert_close(cm(x, lo, hi), m(x, lo, hi), equal_nan=True)
     st = tb.stats()
     assert st.get("fallback_nodes", 0) == 0 and st.get("partitions_run", 0) >= 1, st
+
+
+@pytest.mark.allow_fallback("the setitem's rest (s - w - 1: its sign unknown to DVM) and the flip's "
+                            "slice (min(s, w + 1)) run in PyTorch", kinds=("nodes",))
+def test_slices_from_the_end_by_a_symbolic_amount():
+    """x[:, -(w + 1):] with w a dynamic int: the start counts from the end (it was taken as an
+    offset from the start: a negative-length iota at run time, the partition falling back),
+    and a setitem there (slice_scatter) gives eager's values. A size used as data whose sign
+    DVM cannot know is refused when translating, never run."""
+
+    def f(x, w):
+        y = x.clone()
+        y[:, -(w + 1):] = 0.0
+        return x[:, -(w + 1):] * 2, y * 2, x.flip(0)[:, : w + 1]
+
+    cf = torch.compile(f, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for w in (4, 6, 3, 9):
+            x = torch.randn(12, 12)
+            for g_, w_ in zip(cf(x, w), f(x, w)):
+                assert torch.equal(g_, w_)
+    st = tb.stats()
+    assert st.get("runtime_fallbacks", 0) == 0 and st.get("partitions_run", 0) >= 1, st
+    assert st.get("dynamo_graphs") == 1, st

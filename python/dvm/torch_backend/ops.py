@@ -495,12 +495,20 @@ def _slice_bound(v):
     return v
 
 
+def _from_end(v, size):
+    """A symbolic bound known to be negative counts from the end, as in Python (x[:, -(w+1):]):
+    size + v. Integer bounds DVM's slice wraps itself."""
+    if isinstance(v, dvm.SymExpr) and not v.is_constant() and v.range()[1] < 0:
+        return v + size
+    return v
+
+
 @register("slice.Tensor", "slice_copy.Tensor")
 def _slice(tr: Translator, x, dim=0, start=None, end=None, step=1):
     r = tr.rank(x)
     a = tr.axis(dim, r)
-    start = _slice_bound(start)
-    end = _slice_bound(end)
+    start = _from_end(_slice_bound(start), tr.shape(x)[a])
+    end = _from_end(_slice_bound(end), tr.shape(x)[a])
     if start is None:
         start = 0
     if end is None:
@@ -607,8 +615,8 @@ def _slice_scatter(tr: Translator, base, src, dim=0, start=None, end=None, step=
     if step != 1:
         raise Unsupported(f"slice_scatter with step {step}")
     a = tr.axis(dim, tr.rank(base))
-    start = _slice_bound(start)
-    end = _slice_bound(end)
+    start = _from_end(_slice_bound(start), tr.shape(base)[a])
+    end = _from_end(_slice_bound(end), tr.shape(base)[a])
     start = 0 if start is None else start
     end = dvm.SLICE_END if end is None else end
     if isinstance(start, int) and start < 0 or isinstance(end, int) and end < 0:

@@ -56,6 +56,10 @@ def check_fake_tensor(v, what):
         raise Unsupported(f"{what} has rank {v.dim()} > {dvm.MAX_RANK}")
 
 
+# The most negative lower bound (or positive upper bound) sym_scalar pads by: an iota that long.
+_SIZE_AS_DATA_BOUND = 1 << 20
+
+
 class Translator:
     def __init__(self, name: str, shape_env=None):
         self.gb = dvm.GraphBuilder(name)
@@ -147,10 +151,18 @@ class Translator:
             return self.constant(value, dtype)
         if isinstance(value, dvm.Tensor):  # a SymFloat argument (a rank-0 input)
             return self.cast(value, dtype)
-        # max(iota([value])) + 1 == value (value >= 1: sizes of backed dims are >= 2)
-        i = self.gb.iota([value], 0, dvm.DType.I64)
-        v = self.gb.binary(dvm.BinaryOp.ADD, self.gb.reduce(dvm.ReduceOp.MAX, i, [0]), 1)
-        return self.cast(v, dtype)
+        # A value is read from a shape: max(iota([value - lo + 1])) + lo == value for a value
+        # known to be >= lo (the extent is >= 1). A value known only from above (a negative
+        # index -s - 1) is the negation of one known from below.
+        lo, hi = value.range()
+        if lo > -_SIZE_AS_DATA_BOUND:
+            i = self.gb.iota([value - lo + 1], 0, dvm.DType.I64)
+            v = self.gb.binary(dvm.BinaryOp.ADD, self.gb.reduce(dvm.ReduceOp.MAX, i, [0]), lo)
+            return self.cast(v, dtype)
+        if hi < _SIZE_AS_DATA_BOUND:
+            return self.cast(self.gb.unary(dvm.UnaryOp.NEG, self.sym_scalar(-value, dvm.DType.I64)),
+                             dtype)
+        raise Unsupported(f"the value {value} (of unknown sign) used as data")
 
     def axis(self, a, rank):
         a = int(a)
