@@ -160,32 +160,6 @@ def _functional_without_input_aliases(g: torch.fx.GraphModule) -> str | None:
     return None
 
 
-_INPLACE_OPERATORS = frozenset(
-    getattr(operator, f"i{op}") for op in (
-        "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
-        "lshift", "rshift", "matmul"))
-
-
-def _has_inplace_ops(gm: torch.fx.GraphModule) -> bool:
-    """Does Dynamo's graph write a value in place (`x += y`, `x.add_(y)`, `torch.relu_`)? Then
-    the trace must be functionalized; seeing it here saves tracing twice (a trace costs a
-    quarter of Dynamo's own time on HuggingFace's T5)."""
-    for n in gm.graph.nodes:
-        if n.op == "call_function":
-            if n.target in _INPLACE_OPERATORS:
-                return True
-            if getattr(n.target, "__module__", None) in ("_operator", "operator"):
-                continue  # operator.and_, or_, not_: out of place despite the underscore
-            name = getattr(n.target, "__name__", "")
-        elif n.op == "call_method":
-            name = n.target
-        else:
-            continue
-        if name.endswith("_") and not name.endswith("__"):
-            return True
-    return False
-
-
 def _compile_inference(gm, example_inputs, name, freeze):
     """The AOTAutograd-free path: make_fx over Dynamo's fake inputs, then partition. None when
     the graph needs AOTAutograd (see _functional_without_input_aliases)."""
@@ -198,17 +172,18 @@ def _compile_inference(gm, example_inputs, name, freeze):
     # functions written in Python (meta_addbmm's expand of SymInt sizes) run instead of C++
     # kernels that require concrete sizes.
     dispatch = enable_python_dispatcher if fm.shape_env is not None else contextlib.nullcontext
-    if _has_inplace_ops(gm):
-        why = "mutates"  # functionalize right away: a plain trace would only find it out
-    else:
-        with fm, dispatch():
-            g = make_fx(gm, decomposition_table=decompositions())(*fakes)
-        why = _functional_without_input_aliases(g)
+    with fm, dispatch():
+        g = make_fx(gm, decomposition_table=decompositions())(*fakes)
+    why = _functional_without_input_aliases(g)
     if why is not None and why.endswith("mutates"):
         # In-place ops on intermediates (T5's `scores += position_bias`) are functionalized
         # away; a write to an input survives as a copy_ into it and keeps AOTAutograd's path.
+        # The ATen graph is functionalized, not Dynamo's: functorch's functionalize runs torch
+        # functions' C++ decompositions (F.linear of a 3-D input), which read sizes through
+        # aten.size and so made every symbolic size a constant guard (a recompile per
+        # length: DeBERTa-v2, BEiT, Swin).
         with fm, dispatch():
-            g = make_fx(torch.func.functionalize(gm, remove="mutations"),
+            g = make_fx(torch.func.functionalize(g, remove="mutations"),
                         decomposition_table=decompositions())(*fakes)
         why = _functional_without_input_aliases(g)
     if why is not None:
