@@ -946,6 +946,49 @@ def section_models(path, d):
     return out
 
 
+def section_decode(path, d):
+    sz = d.get("sizes", {})
+    out = py_header(path, d.get("machine", {}), extra=[f"torch {d.get('torch', '?')}"],
+                    date=d.get("date"), commit=d.get("commit"))
+    cfgs = []
+    for r in d.get("results", []):
+        for c in r.get("per_token_ms", {}):
+            if c not in cfgs:
+                cfgs.append(c)
+    names = {"eager": "eager", "inductor": "Inductor", "dvm": "DVM", "dynamo": "Dynamo + eager ops"}
+    out += ["", f"Greedy decoding with HuggingFace's KV cache, batch 1, a prompt of "
+            f"{d.get('prompt')} tokens then {d.get('steps')} one-token steps; models from their "
+            f"configs with random weights ({sz.get('layers')} layers, hidden {sz.get('hidden')}, "
+            f"{sz.get('heads')} heads ({sz.get('kv_heads')} KV heads for Llama), FFN "
+            f"{sz.get('ffn')}, vocabulary {sz.get('vocab')}); `model.forward` through "
+            "`torch.compile(dynamic=True)`. Per token = the median step of a round, the median "
+            f"over {d.get('rounds')} rounds where the cache lengths repeat (cached lengths) and "
+            "the first round, where every length is new (DVM encodes the programs of each new "
+            "length); the configurations take turns within each round. First decode = the first "
+            "prefill and two steps, compiles included. × eager = eager / config per token.", ""]
+    rows = []
+    for r in d.get("results", []):
+        pt, new, sp = r.get("per_token_ms", {}), r.get("per_token_new_lengths_ms", {}), \
+            r.get("speedup_vs_eager", {})
+        for c in cfgs:
+            if c not in pt:
+                continue
+            rows.append([r["model"], names.get(c, c), fmt(pt[c], 3), fmt(new.get(c), 3),
+                         fmt(sp.get(c)), fmt(r.get("prefill_ms", {}).get(c)),
+                         fmt(r.get("first_decode_s", {}).get(c)),
+                         "yes" if r.get("same_tokens", {}).get(c) else "no"])
+    out += table(["model", "config", "ms/token", "ms/token, new lengths", "× eager",
+                  "prefill ms", "first decode s", "tokens = eager"], rows, numeric_from=2)
+    ratios = []
+    for r in d.get("results", []):
+        pt = r.get("per_token_ms", {})
+        if "dvm" in pt and "inductor" in pt:
+            ratios.append(f"{r['model']} {fmt(pt['inductor'] / pt['dvm'])}")
+    if ratios:
+        out += ["", "Inductor / DVM per token (> 1: DVM faster): " + ", ".join(ratios) + "."]
+    return out
+
+
 PY = [
     ("matmul_bench", "Matmul against torch.mm (Python harness)", section_py_matmul,
      "python3 python/bench/matmul_bench.py [--quick] [--threads N]"),
@@ -966,6 +1009,8 @@ PY = [
      "python3 python/bench/models_bench.py [--threads 2] [--configs eager inductor dvm]"),
     ("models_bench_bf16", "HuggingFace models in bf16: eager, Inductor and DVM",
      section_models, "python3 python/bench/models_bench.py --dtype bf16"),
+    ("decode_bench", "Greedy decoding with a KV cache: eager, Inductor and DVM per token",
+     section_decode, "python3 python/bench/decode_bench.py [--threads 2] [--models gpt2 llama]"),
 ]
 
 # ---------------------------------------------------------------------------------------------
