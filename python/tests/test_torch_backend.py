@@ -1171,3 +1171,33 @@ def test_slices_from_the_end_by_a_symbolic_amount():
     st = tb.stats()
     assert st.get("runtime_fallbacks", 0) == 0 and st.get("partitions_run", 0) >= 1, st
     assert st.get("dynamo_graphs") == 1, st
+
+
+def test_outputs_keep_eager_memory_layout():
+    """Elementwise ops on a transposed view keep its permuted layout in eager; DVM writes such
+    an output in the same layout (it wrote it contiguous), so code that reads strides after the
+    graph (Longformer chunks a tensor with as_strided from its strides, after a graph break)
+    computes what it does in eager."""
+
+    def f(x):
+        b, s, _ = x.shape
+        y = x.view(b, s, 4, 8).transpose(1, 2)
+        return y * 2 + 1, torch.tanh(x)
+
+    def chunk(t):  # Longformer's _chunk: overlapping windows through the strides
+        size, stride = list(t.size()), list(t.stride())
+        size[2], stride[2] = size[2] // 2, stride[2] * 2
+        return t.as_strided(size, stride)
+
+    cf = torch.compile(f, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for s in (6, 10, 8):
+            x = torch.randn(2, s, 32)
+            got, want = cf(x), f(x)
+            assert got[0].stride() == want[0].stride(), (got[0].stride(), want[0].stride())
+            assert got[1].is_contiguous()
+            torch.testing.assert_close(chunk(got[0]), chunk(want[0]))
+            torch.testing.assert_close(got[1], want[1])
+    st = tb.stats()
+    assert st.get("partitions_run", 0) >= 1 and st.get("fallback_nodes", 0) == 0, st
+    assert st.get("dynamo_graphs") == 1, st

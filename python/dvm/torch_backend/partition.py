@@ -141,6 +141,36 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
+def _hint(v):
+    if isinstance(v, torch.SymInt):
+        return v.node.hint
+    return int(v)
+
+
+def dense_order(fake):
+    """The dims of a dense, non-contiguous fake tensor from outermost to innermost in memory
+    (a permuted layout, e.g. a transposed view's product: eager keeps the layout through
+    elementwise ops), or None (contiguous, not dense, or sizes without hints)."""
+    if not isinstance(fake, torch.Tensor) or fake.dim() < 2:
+        return None
+    try:
+        sizes = [_hint(d) for d in fake.shape]
+        strides = [_hint(d) for d in fake.stride()]
+    except (TypeError, AttributeError):
+        return None
+    if any(v is None for v in sizes + strides):
+        return None
+    dims = [d for d in range(fake.dim()) if sizes[d] != 1]
+    order = sorted(dims, key=lambda d: -strides[d])  # stable: ties keep the dims' order
+    expect = 1
+    for d in reversed(order):  # dense: each stride is the product of the sizes inside it
+        if strides[d] != expect:
+            return None
+        expect *= sizes[d]
+    order = [d for d in range(fake.dim()) if sizes[d] == 1] + order
+    return None if order == list(range(fake.dim())) else tuple(order)
+
+
 def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbols=()):
     """Translates one partition GraphModule into a DVM graph, compiles it once, and wraps it.
 
@@ -173,6 +203,7 @@ def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbo
     outs = list(outs) if tuple_out else [outs]
     out_plan = []
     out_dtypes = []
+    out_orders = []  # per DVM output: eager's memory order of its dims, if not contiguous
     emitted = {}
     for o in outs:
         v = tr.env.get(o)
@@ -185,6 +216,7 @@ def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbo
             emitted[v.id] = len(emitted)
             tr.gb.output(f"out{len(emitted) - 1}", v)
             out_dtypes.append(fake_value(o).dtype)
+            out_orders.append(dense_order(fake_value(o)))
         out_plan.append(("dvm", emitted[v.id]))
     if not emitted:
         raise Unsupported("partition computes nothing")
@@ -211,7 +243,7 @@ def build_partition(sub: torch.fx.GraphModule, name: str, shape_env, outer_symbo
     bump("dvm_partitions")
     bump("dvm_nodes", sum(1 for n in sub.graph.nodes if n.op == "call_function"))
     part = DvmPartition(name, exe, in_plan, out_plan, out_dtypes, tuple_out, sub, graph,
-                        len(placeholders))
+                        len(placeholders), out_orders)
     return part, extra
 
 

@@ -104,7 +104,7 @@ class DvmPartition(torch.nn.Module):
     error (logged), so a DVM limitation never breaks the model."""
 
     def __init__(self, name, exe, in_plan, out_plan, out_dtypes, tuple_out, fallback, graph,
-                 num_args):
+                 num_args, out_orders=None):
         super().__init__()
         self.name = name
         self.exe = exe
@@ -119,9 +119,13 @@ class DvmPartition(torch.nn.Module):
         self._counts = [0, 0]
         self.ran = False  # ran in DVM at least once (stats()["partitions_run"])
         self.last_error = None
+        # Outputs eager lays out permuted (a transposed view's product): DVM writes them in
+        # that layout, so that code reading strides (as_strided after a graph break:
+        # Longformer's chunking) sees eager's. None: all contiguous.
+        self.out_orders = out_orders if out_orders and any(out_orders) else None
         self._simple = all(k == "arg" for k, _ in in_plan) and all(
             k == "dvm" for k, _ in out_plan
-        ) and [i for _, i in out_plan] == list(range(len(out_plan)))
+        ) and [i for _, i in out_plan] == list(range(len(out_plan))) and self.out_orders is None
         self._arg_idx = tuple(i for _, i in in_plan)
         self.freeze_weights = False
 
@@ -181,7 +185,9 @@ class DvmPartition(torch.nn.Module):
             return self._fall_back(args, e)
         try:
             outs = None
-            if ins and self._torch_call is not None:
+            if self.out_orders is not None:
+                outs = self._run_laid_out(ins)
+            elif ins and self._torch_call is not None:
                 # The C++ path also for converted arguments (a SymFloat's scalar, a carrier):
                 # its outputs come from the output cache, where torch's allocator would map
                 # (and fault in) a large output's pages on every call. A frozen weight (a
@@ -208,6 +214,21 @@ class DvmPartition(torch.nn.Module):
         return res[0]
 
     __call__ = forward
+
+    def _run_laid_out(self, ins):
+        """Runs into outputs allocated in eager's memory order (out_orders)."""
+        shapes = self.exe.output_shapes(ins)
+        outs = []
+        for shape, dtype, order in zip(shapes, self.out_dtypes, self.out_orders):
+            if order is None or len(order) != len(shape):
+                outs.append(torch.empty(shape, dtype=dtype))
+                continue
+            inverse = [0] * len(order)
+            for i, d in enumerate(order):
+                inverse[d] = i
+            outs.append(torch.empty([shape[d] for d in order], dtype=dtype).permute(inverse))
+        self.exe.run(list(ins), outs)
+        return outs
 
     def _mark_ran(self):
         if not self.ran:
