@@ -25,6 +25,11 @@ def test_symbolic_expressions_are_canonical():
     assert dvm.parse_sym_expr("b*a + 0") == a * b
     with pytest.raises(dvm.DvmError, match="s1"):
         (s0 * s1).evaluate({"s0": 3})
+    # the ranges the translator reads signs from (it raised before: no pair caster)
+    s = gb.symbol("s", 2, 100)
+    assert s.range() == (2, 100)
+    assert (-s - 1).range() == (-101, -3)
+    assert (s - 5).range() == (-3, 95)
 
 
 def layernorm_gelu_graph():
