@@ -964,7 +964,7 @@ def section_decode(path, d):
             "`torch.compile(dynamic=True)`. Per token = the median step of a round, the median "
             f"over {d.get('rounds')} rounds where the cache lengths repeat (cached lengths) and "
             "the first round, where every length is new (DVM encodes the programs of each new "
-            "length); the configurations take turns within each round. First decode = the first "
+            "length); the configurations take turns within each round, in an order that rotates. First decode = the first "
             "prefill and two steps, compiles included. × eager = eager / config per token.", ""]
     rows = []
     for r in d.get("results", []):
@@ -981,11 +981,15 @@ def section_decode(path, d):
                   "prefill ms", "first decode s", "tokens = eager"], rows, numeric_from=2)
     ratios = []
     for r in d.get("results", []):
-        pt = r.get("per_token_ms", {})
-        if "dvm" in pt and "inductor" in pt:
-            ratios.append(f"{r['model']} {fmt(pt['inductor'] / pt['dvm'])}")
+        sp = r.get("speedup_vs_eager", {})
+        if "dvm" in sp and "inductor" in sp:
+            ratios.append(f"{r['model']} {fmt(sp['dvm'] / sp['inductor'])}")
     if ratios:
-        out += ["", "Inductor / DVM per token (> 1: DVM faster): " + ", ".join(ratios) + "."]
+        how = ("each compiled configuration in a process of its own beside eager, so the "
+               "ratio is of the × eager figures; eager's ms/token is the first process's"
+               if d.get("isolated") else "all configurations in one process")
+        out += ["", f"Inductor / DVM per token (> 1: DVM faster; {how}): " + ", ".join(ratios)
+                + "."]
     return out
 
 
