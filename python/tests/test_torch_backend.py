@@ -1201,3 +1201,24 @@ def test_outputs_keep_eager_memory_layout():
     st = tb.stats()
     assert st.get("partitions_run", 0) >= 1 and st.get("fallback_nodes", 0) == 0, st
     assert st.get("dynamo_graphs") == 1, st
+
+
+def test_size_expressions_of_any_sign_used_as_data():
+    """A size expression used as a value whose sign DVM's ranges cannot tell (n*n - 4*n + 1,
+    BEiT's relative-position counts are of this form) is computed from its symbols by integer
+    ops: negative at n = 3, positive after; floor division, modulo and min too."""
+
+    def f(x):
+        n = x.shape[0]
+        return (x * (n * n - 4 * n + 1) + (n // 2) % 3 - min(n, 4),
+                torch.full((2,), n * n - 4 * n + 1) + x.sum())
+
+    cf = torch.compile(f, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5, 7, 9):
+            x = torch.randn(n, 4)
+            for g_, w_ in zip(cf(x), f(x)):
+                torch.testing.assert_close(g_, w_)
+    st = tb.stats()
+    assert st.get("fallback_nodes", 0) == 0 and st.get("runtime_fallbacks", 0) == 0, st
+    assert st.get("partitions_run", 0) >= 1 and st.get("dynamo_graphs") == 1, st

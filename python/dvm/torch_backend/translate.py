@@ -162,7 +162,43 @@ class Translator:
         if hi < _SIZE_AS_DATA_BOUND:
             return self.cast(self.gb.unary(dvm.UnaryOp.NEG, self.sym_scalar(-value, dvm.DType.I64)),
                              dtype)
-        raise Unsupported(f"the value {value} (of unknown sign) used as data")
+        # A bound on each symbol but none on the whole (4*(s//8)**2 - 4*(s//8) + 1, a
+        # relative-position count): the expression evaluated as data, each symbol read as above.
+        return self.cast(self._evaluate_as_data(value), dtype)
+
+    def _evaluate_as_data(self, value):
+        """An integer SymExpr computed by i64 ops from its symbols' values (its printed form is
+        Python arithmetic: + - * // % and min / max)."""
+        import ast
+
+        b = dvm.BinaryOp
+        ops = {ast.Add: b.ADD, ast.Sub: b.SUB, ast.Mult: b.MUL, ast.FloorDiv: b.FLOOR_DIV,
+               ast.Mod: b.REMAINDER}
+        i64 = dvm.DType.I64
+
+        def walk(n):
+            if isinstance(n, ast.Constant) and isinstance(n.value, int):
+                return self.constant(n.value, i64)
+            if isinstance(n, ast.Name) and n.id in self.sym.symbols:
+                return self.sym_scalar(self.sym.symbols[n.id], i64)
+            if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+                return self.gb.unary(dvm.UnaryOp.NEG, walk(n.operand))
+            if isinstance(n, ast.BinOp) and type(n.op) in ops:
+                return self.gb.binary(ops[type(n.op)], walk(n.left), walk(n.right))
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.args
+                    and n.func.id in ("min", "max") and not n.keywords):
+                op = b.MINIMUM if n.func.id == "min" else b.MAXIMUM
+                out = walk(n.args[0])
+                for a in n.args[1:]:
+                    out = self.gb.binary(op, out, walk(a))
+                return out
+            raise Unsupported(f"the value {value} used as data: {ast.dump(n)[:60]} unreadable")
+
+        try:
+            tree = ast.parse(str(value), mode="eval").body
+        except SyntaxError as e:
+            raise Unsupported(f"the value {value} used as data: unreadable") from e
+        return walk(tree)
 
     def axis(self, a, rank):
         a = int(a)
