@@ -621,6 +621,12 @@ def _slice_scatter(tr: Translator, base, src, dim=0, start=None, end=None, step=
     end = dvm.SLICE_END if end is None else end
     if isinstance(start, int) and start < 0 or isinstance(end, int) and end < 0:
         raise Unsupported("slice_scatter with negative bounds")
+    for v in (start, end):
+        # A bound DVM cannot place (s - w - 1: no relation between two symbols) makes a slice
+        # whose clamped extent the graph passes re-infer in another form (an internal error
+        # that sends the whole partition to PyTorch): this node alone runs there instead.
+        if isinstance(v, dvm.SymExpr) and not v.is_constant() and v.range()[0] < 0:
+            raise Unsupported(f"slice_scatter bound {v} of unknown sign")
     return _scatter_along(tr, base, src, a, start, end)
 
 
