@@ -1222,3 +1222,22 @@ def test_size_expressions_of_any_sign_used_as_data():
     st = tb.stats()
     assert st.get("fallback_nodes", 0) == 0 and st.get("runtime_fallbacks", 0) == 0, st
     assert st.get("partitions_run", 0) >= 1 and st.get("dynamo_graphs") == 1, st
+
+
+def test_padding_to_a_multiple_by_a_symbolic_amount():
+    """F.pad up to a multiple of a window, (w - n % w) % w: a symbolic amount >= 0, zero at
+    some lengths (an empty fill), in DVM at every length with one compile."""
+
+    def f(x):
+        p = (4 - x.shape[1] % 4) % 4
+        return F.pad(x, (0, 0, 0, p), value=-1.0) * 2, F.pad(x, (1, p)) + 1
+
+    cf = torch.compile(f, backend="dvm", dynamic=True)
+    with torch.no_grad():
+        for n in (5, 6, 8, 9, 12, 7):
+            x = torch.randn(3, n, 4)
+            for g_, w_ in zip(cf(x), f(x)):
+                torch.testing.assert_close(g_, w_)
+    st = tb.stats()
+    assert st.get("fallback_nodes", 0) == 0 and st.get("runtime_fallbacks", 0) == 0, st
+    assert st.get("dynamo_graphs") == 1, st

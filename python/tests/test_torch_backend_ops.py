@@ -430,6 +430,10 @@ CASES = [
                        rand((4,), F32, g, 0.5, 2.0)), (F32,)),
     ("constant_pad", lambda x: F.pad(x, (1, 2, 0, 3), value=-1.5) * 2, one(), (F32, BF16, I64)),
     ("constant_pad_crop", lambda x: F.pad(x, (-1, 2)) + 1, one(), (F32,)),
+    # up to a multiple of 4 (Swin's and Longformer's windows): a symbolic amount >= 0
+    ("constant_pad_symbolic",
+     lambda x: F.pad(x, (0, (4 - x.shape[1] % 4) % 4, (8 - x.shape[0]) % 8, 0)) * 2, one(),
+     (F32, I64)),
     ("max_pool2d", lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
      lambda dt, g, v: (rand((2, 3, SZ(v)[0] + 4, SZ(v)[1] + 3), dt, g),), (F32, BF16)),
     ("max_pool2d_dilated_nan", lambda x: F.max_pool2d(x, 2, stride=1, dilation=2),

@@ -962,17 +962,21 @@ def _pad(tr: Translator, x, pad, value, dtype):
     last dim backwards; a negative amount crops. Fills of `value` concatenated on each side."""
     if len(pad) % 2 or len(pad) // 2 > tr.rank(x):
         raise Unsupported(f"padding {list(pad)} for a tensor of rank {tr.rank(x)}")
-    if not all(isinstance(p, int) for p in pad):
-        raise Unsupported("symbolic padding")
+    for p in pad:
+        # A symbolic amount known to be >= 0 pads (Swin's and Longformer's padding up to a
+        # multiple of the window, (w - n % w) % w: 0 at some lengths, an empty fill then);
+        # one that may be negative would crop at some lengths only.
+        if not isinstance(p, int) and not (isinstance(p, dvm.SymExpr) and p.range()[0] >= 0):
+            raise Unsupported(f"symbolic padding {p} that may be negative")
     r = tr.rank(x)
     for i in range(len(pad) // 2):
         dim = r - 1 - i
         lo, hi = pad[2 * i], pad[2 * i + 1]
-        if lo < 0 or hi < 0:
+        if isinstance(lo, int) and lo < 0 or isinstance(hi, int) and hi < 0:
             x = tr.gb.slice(x, dim, max(-lo, 0), hi if hi < 0 else dvm.SLICE_END, 1)
         parts = [x]
         for amount, at in ((lo, 0), (hi, 1)):
-            if amount > 0:
+            if not isinstance(amount, int) or amount > 0:
                 s = tr.shape(x)
                 s[dim] = amount
                 parts.insert(at * len(parts), tr.fill(value, s, dtype))
