@@ -181,12 +181,17 @@ def _int_trunc_div(tr: Translator, a, b, out):
     q = _binary(tr, B.FLOOR_DIV, a, b, out)
     r = _binary(tr, B.SUB, a, tr.gb.binary(B.MUL, q, _operand(tr, b, out)), out)
 
-    def negative(v):
+    def negative(v):  # a bool tensor, or a Python bool for a number
+        v = _operand(tr, v, out)
         return tr.gb.binary(B.LT, v, 0) if isinstance(v, dvm.Tensor) else v < 0
 
-    na, nb = negative(a if isinstance(a, dvm.Tensor) else _operand(tr, a, out)), negative(b)
-    opposite = (tr.gb.binary(B.NE, na, nb) if isinstance(nb, dvm.Tensor)
-                else (tr.gb.unary(U.LOGICAL_NOT, na) if nb else na))
+    na, nb = negative(a), negative(b)  # not both numbers: _binary refused that above
+    if not isinstance(nb, dvm.Tensor):
+        opposite = tr.gb.unary(U.LOGICAL_NOT, na) if nb else na
+    elif not isinstance(na, dvm.Tensor):
+        opposite = tr.gb.unary(U.LOGICAL_NOT, nb) if na else nb
+    else:
+        opposite = tr.gb.binary(B.NE, na, nb)
     up = tr.gb.binary(B.LOGICAL_AND, tr.gb.binary(B.NE, r, 0), opposite)
     return tr.gb.select(up, tr.gb.binary(B.ADD, q, 1), q)
 
@@ -316,23 +321,12 @@ def _leaky_relu(tr: Translator, x, slope=0.01):
     return tr.gb.select(tr.gb.binary(B.GT, x, 0.0), x, _binary(tr, B.MUL, x, slope, out))
 
 
-@register("clamp.default", "clamp_min.default", "clamp_max.default")
+@register("clamp.default", "clamp_min.default", "clamp_max.default", "clamp.Tensor")
 def _clamp(tr: Translator, x, lo=None, hi=None):
     t = tr.node.target
     if t is getattr(aten.clamp_max, "default", None):
         lo, hi = None, lo
     return _bounded(tr, x, lo, hi)
-
-
-@register("clamp.Tensor")
-def _clamp_tensor(tr: Translator, x, lo=None, hi=None):
-    out = tr.out_dtype()
-    x = tr.cast(x, out)
-    if lo is not None:
-        x = tr.gb.binary(B.MAXIMUM, x, _operand(tr, lo, out))
-    if hi is not None:
-        x = tr.gb.binary(B.MINIMUM, x, _operand(tr, hi, out))
-    return x
 
 
 @register("fmax.default", "fmin.default")

@@ -123,6 +123,10 @@ class DvmPartition(torch.nn.Module):
         # that layout, so that code reading strides (as_strided after a graph break:
         # Longformer's chunking) sees eager's. None: all contiguous.
         self.out_orders = out_orders if out_orders and any(out_orders) else None
+        # per output: (order, its inverse permutation) or None (contiguous)
+        self._layouts = None if self.out_orders is None else [
+            None if o is None else (o, tuple(sorted(range(len(o)), key=o.__getitem__)))
+            for o in self.out_orders]
         self._simple = all(k == "arg" for k, _ in in_plan) and all(
             k == "dvm" for k, _ in out_plan
         ) and [i for _, i in out_plan] == list(range(len(out_plan))) and self.out_orders is None
@@ -219,13 +223,11 @@ class DvmPartition(torch.nn.Module):
         """Runs into outputs allocated in eager's memory order (out_orders)."""
         shapes = self.exe.output_shapes(ins)
         outs = []
-        for shape, dtype, order in zip(shapes, self.out_dtypes, self.out_orders):
-            if order is None or len(order) != len(shape):
+        for shape, dtype, layout in zip(shapes, self.out_dtypes, self._layouts):
+            if layout is None:
                 outs.append(torch.empty(shape, dtype=dtype))
                 continue
-            inverse = [0] * len(order)
-            for i, d in enumerate(order):
-                inverse[d] = i
+            order, inverse = layout
             outs.append(torch.empty([shape[d] for d in order], dtype=dtype).permute(inverse))
         self.exe.run(list(ins), outs)
         return outs

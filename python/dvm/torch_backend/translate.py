@@ -13,6 +13,8 @@ translates, and every refusal has a reason.
 
 from __future__ import annotations
 
+import ast
+
 import operator
 
 import torch
@@ -169,8 +171,6 @@ class Translator:
     def _evaluate_as_data(self, value):
         """An integer SymExpr computed by i64 ops from its symbols' values (its printed form is
         Python arithmetic: + - * // % and min / max)."""
-        import ast
-
         b = dvm.BinaryOp
         ops = {ast.Add: b.ADD, ast.Sub: b.SUB, ast.Mult: b.MUL, ast.FloorDiv: b.FLOOR_DIV,
                ast.Mod: b.REMAINDER}
