@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "lazy_front.h"
 #include "output_allocator.h"
 #include "torch_call_api.h"
 
@@ -208,6 +209,21 @@ PyMethodDef methods[] = {
      METH_FASTCALL,
      "release_output_cache(budget_bytes=-1): frees every idle output block; a budget >= 0 "
      "replaces DVM_OUTPUT_CACHE_MB's (0: no more caching)."},
+    {"lazy_configure",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&dvm::python::lazy_configure)),
+     METH_FASTCALL,
+     "lazy_configure(functions, tensor_type, parameter_type, state, fallbacks): lazy mode's "
+     "function table and state for lazy_torch_function."},
+    {"lazy_torch_function",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&dvm::python::lazy_torch_function)),
+     METH_FASTCALL,
+     "lazy_torch_function(mode, func, types, args=(), kwargs=None): lazy mode's "
+     "function-level __torch_function__ (bound to the mode)."},
+    {"lazy_empty",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&dvm::python::lazy_empty)),
+     METH_FASTCALL,
+     "lazy_empty(shape, dtype) -> (tensor, data address): a new contiguous CPU tensor, past "
+     "the dispatcher."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT,

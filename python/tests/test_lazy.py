@@ -757,6 +757,58 @@ def aten_calls(monkeypatch):
     return counter.seen
 
 
+@pytest.fixture(params=["native", "python"])
+def front(request, monkeypatch):
+    """Runs a test through both forms of the function level's prologue and output allocation:
+    the C++ one (dvm._dvm_torch: lazy_torch_function, lazy_empty) and the Python one."""
+    from dvm.lazy import _mode, _tensors
+
+    with torch.no_grad(), L():  # installs the handler table
+        pass
+    native = _mode._native_front()
+    if request.param == "native":
+        if native is None:
+            pytest.skip("dvm._dvm_torch was not built")
+        monkeypatch.delenv("DVM_LAZY_NATIVE", raising=False)
+        monkeypatch.setattr(_tensors, "_alloc", native.lazy_empty)
+    else:
+        monkeypatch.setenv("DVM_LAZY_NATIVE", "0")
+        monkeypatch.setattr(_tensors, "_alloc", None)
+    monkeypatch.setattr(_mode, "_fn_mode_class", None)  # made again, in this form, on entry
+    yield request.param
+
+
+def test_native_front_is_used_where_built(front):
+    from torch.overrides import _get_current_function_mode
+
+    with torch.no_grad(), L():
+        mode = _get_current_function_mode()
+        bound = getattr(mode.__torch_function__, "__func__", None)
+        assert (bound is not None and bound.__name__ == "lazy_torch_function") == \
+            (front == "native")
+        y = torch.randn(3, 4) * 2.0
+        assert L.is_pending(y)
+    assert y.shape == (3, 4)
+
+
+def test_native_output_allocation_checks_its_arguments():
+    from dvm.lazy import _mode
+
+    native = _mode._native_front()
+    if native is None:
+        pytest.skip("dvm._dvm_torch was not built")
+    t, ptr = native.lazy_empty([2, 0, 3], torch.bfloat16)
+    assert t.shape == (2, 0, 3) and t.dtype == torch.bfloat16 and ptr == 0
+    t, ptr = native.lazy_empty((), torch.int64)
+    assert t.shape == () and ptr == t.data_ptr() != 0
+    with pytest.raises(ValueError, match="negative"):
+        native.lazy_empty([2, -1], torch.float32)
+    with pytest.raises(TypeError, match="dtype"):
+        native.lazy_empty([2], "float32")
+    with pytest.raises(TypeError, match="sequence"):
+        native.lazy_empty(3, torch.float32)
+
+
 def _transformer_calls(seed, dtype=torch.float32, via=None):
     """Every function the function level takes, in the forms a transformer block uses; inputs
     drawn in f32 (rounded through `via` first, if given) and cast to `dtype`."""
@@ -784,7 +836,7 @@ def _transformer_calls(seed, dtype=torch.float32, via=None):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_function_level_calls_match_eager_and_skip_the_dispatcher(dtype, aten_calls):
+def test_function_level_calls_match_eager_and_skip_the_dispatcher(dtype, aten_calls, front):
     prog = _transformer_calls(5, dtype)
     with torch.no_grad():
         want = prog()
@@ -808,7 +860,7 @@ def test_function_level_calls_match_eager_and_skip_the_dispatcher(dtype, aten_ca
 
 @pytest.mark.allow_fallback("views and a copy of real tensors: nothing for DVM to record",
                              kinds=("no_dvm",))
-def test_function_level_views_of_real_tensors_are_real_views(aten_calls):
+def test_function_level_views_of_real_tensors_are_real_views(aten_calls, front):
     x = torch.randn(4, 6)
     with torch.no_grad(), L():
         v, t = x.view(2, 12), x.transpose(0, 1)
@@ -824,7 +876,7 @@ def test_function_level_views_of_real_tensors_are_real_views(aten_calls):
 
 @pytest.mark.allow_fallback("softmax in f64 and a view as int32: dtypes DVM does not run",
                              kinds=("lazy", "lazy_unsupported"))
-def test_function_level_refusals_take_the_aten_path():
+def test_function_level_refusals_take_the_aten_path(front):
     # Forms the function level leaves to the dispatcher: same results as eager, and torch's
     # own errors for calls torch rejects.
     g = torch.Generator().manual_seed(6)
@@ -862,7 +914,7 @@ def test_function_level_refusals_take_the_aten_path():
                 F.layer_norm(x, (8,), torch.ones(7))
 
 
-def test_function_level_leaves_subclasses_and_autograd_alone(aten_calls):
+def test_function_level_leaves_subclasses_and_autograd_alone(aten_calls, front):
     class Sub(torch.Tensor):
         pass
 
@@ -877,7 +929,7 @@ def test_function_level_leaves_subclasses_and_autograd_alone(aten_calls):
     torch.testing.assert_close(y.as_subclass(torch.Tensor), x * 2.0)
 
 
-def test_function_level_front_can_be_turned_off(monkeypatch, aten_calls):
+def test_function_level_front_can_be_turned_off(monkeypatch, aten_calls, front):
     monkeypatch.setenv("DVM_LAZY_FUNCTIONS", "0")
     x, w = torch.randn(2, 3, 8), torch.randn(4, 8)
     with torch.no_grad(), L():
@@ -908,7 +960,7 @@ def test_float64_conversions_run_in_pytorch():
     assert L.handler_fallbacks()
 
 
-def test_function_level_indexing_embedding_and_factories(aten_calls):
+def test_function_level_indexing_embedding_and_factories(aten_calls, front):
     g = torch.Generator().manual_seed(8)
     emb, mask = torch.randn(10, 6, generator=g), torch.tril(torch.ones(1, 1, 9, 9))
     ids = torch.tensor([[1, 4, 4, 9]])
@@ -931,7 +983,7 @@ def test_function_level_indexing_embedding_and_factories(aten_calls):
     assert L.handler_fallbacks() == {}
 
 
-def test_function_level_steps_aside_for_another_dispatch_mode(aten_calls):
+def test_function_level_steps_aside_for_another_dispatch_mode(aten_calls, front):
     # A dispatch mode entered inside lazy mode (a FakeTensorMode, a tracer) sees every op: the
     # function level, which bypasses the Python dispatch key, leaves the calls to the dispatcher.
     from torch.utils._python_dispatch import TorchDispatchMode
