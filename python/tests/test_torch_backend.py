@@ -514,9 +514,11 @@ def test_decomposition_table_keeps_dvm_composites():
 
 def test_inplace_ops_on_intermediates_are_functionalized(monkeypatch):
     """An in-place op on a value the graph made (T5's `scores += position_bias`) keeps the
-    direct path: the ATen trace is functionalized (a second trace); the input is not written.
-    F.linear on a 3-D input after the in-place op keeps every size symbolic: functionalizing
-    Dynamo's graph instead made them constants (a recompile per length, DeBERTa-v2, BEiT)."""
+    direct path: replaced by its out-of-place form in the traced graph when nothing else sees
+    the write, else the ATen trace is functionalized (a second trace: `k`, whose view taken
+    before the write is read after it); the input is not written. F.linear on a 3-D input after
+    the in-place op keeps every size symbolic: functionalizing Dynamo's graph instead made them
+    constants (a recompile per length, DeBERTa-v2, BEiT)."""
     import torch.fx.experimental.proxy_tensor as pt
 
     traces = []
@@ -546,7 +548,20 @@ def test_inplace_ops_on_intermediates_are_functionalized(monkeypatch):
         y.mul_(3)
         return lin(y.unsqueeze(0)) + b
 
-    for fn in (f, g, h):
+    def k(x, b):
+        y = x * 2
+        v = y[0]  # a view of y, read after y is written: it must see the write
+        y.add_(b)
+        return torch.tanh(v) + y.sum(0)
+
+    def m(x, b):
+        y = torch.exp(x)
+        z = y * 3  # reads y before the write
+        y.masked_fill_(y > 2, 0.5)
+        y.add_(b)
+        return y + z
+
+    for fn, want_traces in ((f, 1), (g, 1), (h, 1), (k, 2), (m, 1)):
         torch._dynamo.reset()
         tb.reset_stats()
         traces.clear()
@@ -558,7 +573,7 @@ def test_inplace_ops_on_intermediates_are_functionalized(monkeypatch):
                 torch.testing.assert_close(c(x, b), fn(x0.clone(), b))
                 torch.testing.assert_close(x, x0)
         assert tb.stats()["direct_graphs"] == 1 and tb.stats()["dynamo_graphs"] == 1, fn.__name__
-        assert len(traces) == 2, fn.__name__
+        assert len(traces) == want_traces, fn.__name__
 
 
 @pytest.mark.allow_fallback("the mutated input and the aliasing view stay in PyTorch",
