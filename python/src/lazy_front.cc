@@ -8,6 +8,7 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/object_ptr.h>
 
 #include <cstdint>
 #include <vector>
@@ -123,21 +124,18 @@ PyObject* lazy_torch_function(PyObject*, PyObject* const* argv, Py_ssize_t argc)
   PyObject* func = argv[0];
   PyObject* args = argc > 2 ? argv[2] : nullptr;
   PyObject* kwargs = argc > 3 && argv[3] != Py_None ? argv[3] : nullptr;
-  PyObject* empty = nullptr;
+  THPObjectPtr owned_args;  // args made here: none given, or not a tuple
   if (args == nullptr || !PyTuple_Check(args)) {
-    empty = args == nullptr ? PyTuple_New(0) : PySequence_Tuple(args);
-    if (empty == nullptr) return nullptr;
-    args = empty;
+    owned_args = args == nullptr ? PyTuple_New(0) : PySequence_Tuple(args);
+    if (!owned_args) return nullptr;
+    args = owned_args.get();
   }
   if (kwargs != nullptr && PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) == 0) kwargs = nullptr;
   PyObject* handler = PyDict_GetItemWithError(g_front.functions, func);  // borrowed
   if (handler == nullptr && PyErr_Occurred()) PyErr_Clear();  // an unhashable func: torch's
   if (handler != nullptr) {
     const int ok = handler_may_run(argv[1], args, kwargs);
-    if (ok < 0) {
-      Py_XDECREF(empty);
-      return nullptr;
-    }
+    if (ok < 0) return nullptr;
     if (ok == 1) {
       PyObject* r;
       {
@@ -146,16 +144,11 @@ PyObject* lazy_torch_function(PyObject*, PyObject* const* argv, Py_ssize_t argc)
         c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKeySet(c10::DispatchKey::Python));
         r = PyObject_Call(handler, args, kwargs);
       }
-      if (r != nullptr || !PyErr_ExceptionMatches(g_front.fallbacks)) {
-        Py_XDECREF(empty);
-        return r;
-      }
+      if (r != nullptr || !PyErr_ExceptionMatches(g_front.fallbacks)) return r;
       PyErr_Clear();  // a refusal: the dispatcher's ATen handlers take the call
     }
   }
-  PyObject* r = PyObject_Call(func, args, kwargs);
-  Py_XDECREF(empty);
-  return r;
+  return PyObject_Call(func, args, kwargs);
 }
 
 PyObject* lazy_empty(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
@@ -163,18 +156,16 @@ PyObject* lazy_empty(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     PyErr_SetString(PyExc_TypeError, "lazy_empty(shape, dtype: torch.dtype)");
     return nullptr;
   }
-  PyObject* seq = PySequence_Fast(argv[0], "lazy_empty: shape must be a sequence of ints");
-  if (seq == nullptr) return nullptr;
-  std::vector<int64_t> shape(static_cast<size_t>(PySequence_Fast_GET_SIZE(seq)));
+  THPObjectPtr seq(PySequence_Fast(argv[0], "lazy_empty: shape must be a sequence of ints"));
+  if (!seq) return nullptr;
+  std::vector<int64_t> shape(static_cast<size_t>(PySequence_Fast_GET_SIZE(seq.get())));
   for (size_t i = 0; i < shape.size(); ++i) {
-    shape[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i)));
+    shape[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq.get(), static_cast<Py_ssize_t>(i)));
     if (shape[i] < 0) {
-      Py_DECREF(seq);
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "lazy_empty: negative size");
       return nullptr;
     }
   }
-  Py_DECREF(seq);
   const auto dtype = reinterpret_cast<THPDtype*>(argv[1])->scalar_type;
   at::Tensor t;
   try {
@@ -186,17 +177,11 @@ PyObject* lazy_empty(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     return nullptr;
   }
   void* data = t.numel() > 0 ? t.data_ptr() : nullptr;
-  PyObject* tensor = THPVariable_Wrap(std::move(t));
-  if (tensor == nullptr) return nullptr;
-  PyObject* address = PyLong_FromVoidPtr(data);
-  if (address == nullptr) {
-    Py_DECREF(tensor);
-    return nullptr;
-  }
-  PyObject* result = PyTuple_Pack(2, tensor, address);
-  Py_DECREF(tensor);
-  Py_DECREF(address);
-  return result;
+  THPObjectPtr tensor(THPVariable_Wrap(std::move(t)));
+  if (!tensor) return nullptr;
+  THPObjectPtr address(PyLong_FromVoidPtr(data));
+  if (!address) return nullptr;
+  return PyTuple_Pack(2, tensor.get(), address.get());
 }
 
 }  // namespace dvm::python

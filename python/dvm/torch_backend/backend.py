@@ -238,7 +238,6 @@ def _rewrite_inplace_ops(g: torch.fx.GraphModule, fm) -> bool:
         return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
 
     plan = []  # (mutation node, functional op, fake value of its result)
-    renamed = {}  # a written value -> the write that updates it
     chain = set()  # nodes naming a value that is written: itself and its planned writes
     by_storage = {}
     for n in nodes:
@@ -246,14 +245,12 @@ def _rewrite_inplace_ops(g: torch.fx.GraphModule, fm) -> bool:
         if st is not None:
             by_storage.setdefault(st, []).append(n)
     for n in nodes:
-        if n.op == "placeholder" or n.op == "get_attr":
-            continue
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) or \
                 not n.target._schema.is_mutable:
             continue
         op = _functional_form(n.target)
         written = n.args[0] if n.args else None
-        if op is None or not isinstance(written, torch.fx.Node) or n.kwargs.get("out") is not None:
+        if op is None or not isinstance(written, torch.fx.Node):
             return False
         st = storage(written)
         if st is None or st != storage(n):
@@ -265,8 +262,8 @@ def _rewrite_inplace_ops(g: torch.fx.GraphModule, fm) -> bool:
                 continue
             if any(order[u] > order[n] for u in other.users):
                 return False  # an alias (a view) read after the write would miss it
-        args = [fake(renamed.get(a, a)) for a in n.args]
-        kwargs = {k: fake(renamed.get(v, v)) for k, v in n.kwargs.items()}
+        args = [fake(a) for a in n.args]
+        kwargs = {k: fake(v) for k, v in n.kwargs.items()}
         try:
             with fm, enable_python_dispatcher():
                 val = op(*args, **kwargs)
@@ -277,7 +274,6 @@ def _rewrite_inplace_ops(g: torch.fx.GraphModule, fm) -> bool:
                 val.dtype != want.dtype or val.shape != want.shape:
             return False
         plan.append((n, op, val))
-        renamed[written] = n
         chain.update((written, n))
     if not plan:
         return False
