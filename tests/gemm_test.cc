@@ -605,6 +605,59 @@ TEST(Gemm, PrePackedBIsBitwisePerCallPacking) {
   });
 }
 
+// Products of up to four rows with a row-major B (decode through GPT-2's Conv1D, probabilities
+// @ V) stream B's rows in place (GemvB): against the reference, with A row-major, transposed or
+// padded, column tails around a vector, K around the unrolled steps and GemmImpl's K blocks,
+// accumulate; and bitwise equal to the panel kernels (gemm_*_packed), whose order of sums the
+// path keeps, for f32, bf16 and f16.
+TEST(Gemm, FewRowsRowMajorBIsBitwiseThePanelKernels) {
+  for_each_target([&] {
+    std::mt19937 rng(11);
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+      for (Layout la : {Layout::kRowMajor, Layout::kTransposed, Layout::kPadded})
+        for (int64_t m = 1; m <= 4; ++m)
+          for (int64_t n : {1, 15, 17, 100})
+            for (int64_t k : {1, 3, 5, 256, 259, 600}) {
+              const bool acc = (m + k) % 2 == 0;
+              if (t == DType::kF32) {
+                run_f32(m, n, k, la, Layout::kRowMajor, acc, rng);
+              } else {
+                run_half(t, m, n, k, la, Layout::kRowMajor, acc, rng);
+              }
+              Operand a = make_operand(m, k, la, rng);
+              const Operand b = make_operand(k, n, Layout::kRowMajor, rng);
+              std::vector<uint16_t> ah(a.data.size()), bh(b.data.size());
+              for (size_t i = 0; i < ah.size(); ++i)
+                ah[i] = t == DType::kF16 ? ops::f32_to_f16_bits(a.data[i])
+                                         : ops::f32_to_bf16_bits(a.data[i]);
+              for (size_t i = 0; i < bh.size(); ++i)
+                bh[i] = t == DType::kF16 ? ops::f32_to_f16_bits(b.data[i])
+                                         : ops::f32_to_bf16_bits(b.data[i]);
+              const void* bsrc = t == DType::kF32 ? static_cast<const void*>(b.data.data())
+                                                  : static_cast<const void*>(bh.data());
+              const size_t floats = packed_b_floats(k, n);
+              float* packed = static_cast<float*>(
+                  ::operator new (floats * sizeof(float), std::align_val_t{64}));
+              pack_b(t, k, n, bsrc, b.rs, b.cs, packed);
+              std::vector<float> want(static_cast<size_t>(m * n), 0.25f), got = want;
+              if (t == DType::kF32) {
+                gemm_f32(m, n, k, a.data.data(), a.rs, a.cs, b.data.data(), b.rs, b.cs, got.data(),
+                         n, acc);
+                gemm_f32_packed(m, n, k, a.data.data(), a.rs, a.cs, b.data.data(), b.rs, b.cs,
+                                PackedB{packed, k}, want.data(), n, acc);
+              } else {
+                gemm_half(t, m, n, k, ah.data(), a.rs, a.cs, bh.data(), b.rs, b.cs, got.data(), n,
+                          acc);
+                gemm_half_packed(t, m, n, k, ah.data(), a.rs, a.cs, PackedB{packed, k}, want.data(),
+                                 n, acc);
+              }
+              ::operator delete (packed, std::align_val_t{64});
+              EXPECT_EQ(want, got) << "dtype=" << static_cast<int>(t) << " m=" << m << " n=" << n
+                                   << " k=" << k << " A=" << name(la);
+            }
+  });
+}
+
 // Special values in packed positions: an Inf in A poisons exactly its row, a NaN in B its column.
 TEST(Gemm, SpecialValues) {
   for_each_target([&] {

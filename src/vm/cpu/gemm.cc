@@ -1123,6 +1123,118 @@ void GemvTDot(size_t m, size_t n, size_t k, const uint16_t* a, ptrdiff_t a_rs, c
 }
 #endif
 
+// Products of a few rows with a row-major B (B [K, N] read in place: GPT-2's Conv1D weights,
+// probabilities @ V in decode) as rows of B scaled and added into the outputs, B streamed row
+// after row. The panel kernels walked B in strips of 64 columns down K, short runs a row
+// stride apart (one thread, f32, against those kernels: M = 1, N = 1024, K = 256 with B in
+// cache 56 -> 109 GB/s of B; N = 8192, K = 2048 from memory 19 -> 31; M = 4 36 -> 54 and 10
+// -> 12.5). The same products in the same order as Kernel (per K block of GemmImpl's size,
+// each output's FMAs in order of p from zero, then added to C), so the bits do not depend on
+// the path. Partial sums of a K block live in scratch, four rows of B per pass over them.
+constexpr size_t kGemvBMaxRows = 4;
+constexpr size_t kGemvBUnroll = 4;
+
+template <class Conv>
+struct RowOf;
+template <>
+struct RowOf<ConvF32> {
+  using type = RowF32;
+};
+template <>
+struct RowOf<ConvBF16> {
+  using type = RowBF16;
+};
+template <>
+struct RowOf<ConvF16> {
+  using type = RowF16;
+};
+
+// kU rows of B from row p of the block on (row u at w[u]), into the partial sums z (kM rows of
+// nv vectors; the last `tail` elements wide where tail != 0).
+template <class R, size_t kM, size_t kU>
+HWY_INLINE void GemvBStep(const typename R::T* const* w, const float (&x)[kM][kGemvBUnroll],
+                          size_t full, size_t tail, size_t nv, float* HWY_RESTRICT z) {
+  using T = typename R::T;
+  const DF d;
+  VF xv[kM][kU];
+  for (size_t r = 0; r < kM; ++r)
+    for (size_t u = 0; u < kU; ++u) xv[r][u] = hn::Set(d, x[r][u]);
+  const auto accumulate = [&](size_t v, const VF(&wv)[kU]) {
+    for (size_t r = 0; r < kM; ++r) {
+      float* zp = z + (r * nv + v) * kN;
+      VF acc = hn::Load(d, zp);
+      for (size_t u = 0; u < kU; ++u) acc = hn::MulAdd(xv[r][u], wv[u], acc);
+      hn::Store(acc, d, zp);
+    }
+  };
+  for (size_t v = 0; v < full; ++v) {
+    VF wv[kU];
+    for (size_t u = 0; u < kU; ++u) wv[u] = R::Load(d, w[u] + v * kN);
+    accumulate(v, wv);
+  }
+  if (tail != 0) {  // the last columns through a zero-padded copy: no read past a row
+    VF wv[kU];
+    for (size_t u = 0; u < kU; ++u) {
+      HWY_ALIGN T buf[kN] = {};
+      std::memcpy(buf, w[u] + full * kN, tail * sizeof(T));
+      wv[u] = R::Load(d, buf);
+    }
+    accumulate(full, wv);
+  }
+}
+
+template <class R, size_t kM>
+void GemvBRows(size_t n, size_t k, const typename R::T* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+               const typename R::T* b, ptrdiff_t b_rs, float* c, ptrdiff_t ldc, bool accumulate) {
+  using T = typename R::T;
+  const DF d;
+  const size_t kblocks = (k + kKC - 1) / kKC;  // GemmImpl's K blocks
+  const size_t kc_max = (k + kblocks - 1) / kblocks;
+  const size_t full = n / kN, tail = n % kN, nv = full + (tail != 0 ? 1 : 0);
+  float* z = gemm_detail::scratch(1, kM * nv * kN);
+  for (size_t pc = 0; pc < k; pc += kc_max) {
+    const size_t kc = std::min(kc_max, k - pc);
+    std::fill_n(z, kM * nv * kN, 0.0f);
+    const auto step = [&](size_t p, auto unroll) {
+      constexpr size_t kU = decltype(unroll)::value;
+      const T* w[kU];
+      float x[kM][kGemvBUnroll];
+      for (size_t u = 0; u < kU; ++u) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(pc + p + u);
+        w[u] = b + row * b_rs;
+        for (size_t r = 0; r < kM; ++r)
+          x[r][u] = R::One(a[static_cast<ptrdiff_t>(r) * a_rs + row * a_cs]);
+      }
+      GemvBStep<R, kM, kU>(w, x, full, tail, nv, z);
+    };
+    size_t p = 0;
+    for (; p + kGemvBUnroll <= kc; p += kGemvBUnroll)
+      step(p, std::integral_constant<size_t, kGemvBUnroll>());
+    for (; p < kc; ++p) step(p, std::integral_constant<size_t, 1>());
+    const bool add = accumulate || pc > 0;
+    for (size_t r = 0; r < kM; ++r) {
+      float* cr = c + static_cast<ptrdiff_t>(r) * ldc;
+      const float* zr = z + r * nv * kN;
+      for (size_t v = 0; v < full; ++v) {
+        const VF sum = hn::Load(d, zr + v * kN);
+        hn::StoreU(add ? hn::Add(hn::LoadU(d, cr + v * kN), sum) : sum, d, cr + v * kN);
+      }
+      for (size_t j = full * kN; j < n; ++j) cr[j] = add ? cr[j] + zr[j] : zr[j];
+    }
+  }
+}
+
+template <class R>
+void GemvB(size_t m, size_t n, size_t k, const typename R::T* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+           const typename R::T* b, ptrdiff_t b_rs, float* c, ptrdiff_t ldc, bool accumulate) {
+  using T = typename R::T;
+  using Fn = void (*)(size_t, size_t, const T*, ptrdiff_t, ptrdiff_t, const T*, ptrdiff_t, float*,
+                      ptrdiff_t, bool);
+  constexpr Fn kRows[] = {&GemvBRows<R, 1>, &GemvBRows<R, 2>, &GemvBRows<R, 3>, &GemvBRows<R, 4>};
+  static_assert(std::size(kRows) == kGemvBMaxRows);
+  kRows[m - 1](n, k, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate);
+}
+
 // `packed`: B's panels (gemm.h PackedB) or null (B is packed here, per K block).
 template <typename T, class Conv>
 void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const T* b,
@@ -1142,6 +1254,9 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       return GemvT<RowF32>(m, n, k, a, a_rs, b, b_cs, c, ldc, accumulate);
     }
   }
+  if (b != nullptr && packed == nullptr && b_cs == 1 && m <= kGemvBMaxRows) {
+    return GemvB<typename RowOf<Conv>::type>(m, n, k, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate);
+  }
   // Equal K blocks of at most kKC.
   const size_t kblocks = (k + kKC - 1) / kKC;
   const size_t kc_max = (k + kblocks - 1) / kblocks;
@@ -1154,11 +1269,9 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
   // order as with packed panels: the bits do not depend on the choice.
   const bool direct_b =
       packed == nullptr && std::is_same_v<T, float> && b_cs == 1 && pan.count <= kDirectBMaxPanels;
-  // A row-major f32 A is read in place (see Kernel), except by the one- and two-row kernels
-  // of the direct path below, which read the packed panel, and where its rows alias in L1
+  // A row-major f32 A is read in place (see Kernel), except where its rows alias in L1
   // (RowsSpreadInL1).
-  const bool a_in_place =
-      std::is_same_v<T, float> && a_cs == 1 && !(direct_b && m <= 2) && RowsSpreadInL1(a_rs);
+  const bool a_in_place = std::is_same_v<T, float> && a_cs == 1 && RowsSpreadInL1(a_rs);
   const size_t nc_max = std::min(n, kNC);
   float* abuf = gemm_detail::scratch(0, a_in_place ? 0 : pan.count * kMR * kc_max);
   const size_t b_panels = packed != nullptr ? 0 : direct_b ? 1 : (nc_max + kNR - 1) / kNR;
@@ -1196,18 +1309,7 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
       };
       if (direct_b) {
         if (full < nb) PackB(kc, nb - full, bblk + full, b_rs, b_cs, bbuf, conv);
-        size_t j_start = 0;
-        if (m <= 2) {
-          // One or two rows (decode): twice as wide tiles, so that each B row is read as whole
-          // cache lines and enough FMAs are in flight.
-          constexpr size_t kWide = 2 * kNR;
-          const KernelFn fn = m == 1 ? &Kernel<1, 2 * kNV> : &Kernel<2, 2 * kNV>;  // packed A
-          const float* bf = reinterpret_cast<const float*>(bblk);
-          for (; j_start + kWide <= nb; j_start += kWide) {
-            fn(kc, abuf, bf + j_start, b_rs, cblk + j_start, ldc, add, kWide, Prefetch{}, 0);
-          }
-        }
-        for (size_t j0 = j_start; j0 < nb; j0 += kNR) {
+        for (size_t j0 = 0; j0 < nb; j0 += kNR) {
           // T is float here (direct_b).
           const float* bp = j0 < full ? reinterpret_cast<const float*>(bblk) + j0 : bbuf;
           const ptrdiff_t bs = j0 < full ? b_rs : static_cast<ptrdiff_t>(kNR);
