@@ -194,8 +194,13 @@ std::atomic<ParallelBackend> g_backend{nullptr};  // dvm::set_parallel_backend
 }  // namespace
 
 int hardware_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
+  // Read once: glibc answers hardware_concurrency() by reading /sys/devices/system/cpu/online
+  // (open, read, close) every time, and the graph executor asks on every call.
+  static const int n = [] {
+    const unsigned c = std::thread::hardware_concurrency();
+    return c == 0 ? 1 : static_cast<int>(c);
+  }();
+  return n;
 }
 
 int kernel_threads(int requested) {
