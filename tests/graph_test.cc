@@ -1126,6 +1126,58 @@ TEST(Executable, RepeatedCallsUseTheirOwnAddresses) {
   }
 }
 
+// Native steps in repeated calls (PreparedCall keeps their resolved arguments and rebinds
+// addresses, as for VM kernels): a language model's embedding (token and position lookups,
+// positions from iota) and a cumsum, called again and again at a few lengths with fresh
+// tables and ids every call, against a direct loop, bitwise; an index out of range still
+// fails a repeated call cleanly.
+TEST(Executable, RepeatedCallsRebindNativeSteps) {
+  constexpr int64_t kVocab = 13, kDim = 8, kMaxPos = 20;
+  GraphBuilder gb("embed");
+  SymExpr s = gb.symbol("S", SymRange{1, kMaxPos});
+  Tensor table = gb.input("table", DType::kF32, {kVocab, kDim});
+  Tensor pos = gb.input("pos", DType::kF32, {kMaxPos, kDim});
+  Tensor ids = gb.input("ids", DType::kI64, {s});
+  Tensor h = gb.binary(BinaryOp::kAdd, gb.index_select(table, 0, ids),
+                       gb.index_select(pos, 0, gb.iota({s}, 0, DType::kI64)));
+  gb.output("h", gb.unary(UnaryOp::kTanh, h));
+  gb.output("cum", gb.cumsum(gb.cast(ids, DType::kF32), 0));
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  std::mt19937 rng(23);
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t n : {3, 9, 3, 9}) {
+      std::vector<HostTensor> in = {random_host(DType::kF32, {kVocab, kDim}, rng),
+                                    random_host(DType::kF32, {kMaxPos, kDim}, rng),
+                                    host(DType::kI64, {n})};
+      for (int64_t k = 0; k < n; ++k) in[2].set(k, static_cast<double>(rng() % kVocab));
+      GraphRunStats st;
+      auto out = run_graph(**exe, in, &st);
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      EXPECT_EQ(st.native_launched, 4) << "round " << round << " S=" << n;
+      double cum = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t id = static_cast<int64_t>(in[2].at(k));
+        cum += static_cast<double>(id);
+        EXPECT_EQ((*out)[1].at(k), cum) << "round " << round << " S=" << n << " k=" << k;
+        for (int64_t j = 0; j < kDim; ++j) {
+          const float want = std::tanh(static_cast<float>(in[0].at(id * kDim + j)) +
+                                       static_cast<float>(in[1].at(k * kDim + j)));
+          EXPECT_NEAR((*out)[0].at(k * kDim + j), want, 1e-6)
+              << "round " << round << " S=" << n << " k=" << k << " j=" << j;
+        }
+      }
+    }
+  }
+  std::vector<HostTensor> in = {random_host(DType::kF32, {kVocab, kDim}, rng),
+                                random_host(DType::kF32, {kMaxPos, kDim}, rng),
+                                host(DType::kI64, {3})};
+  in[2].set(1, kVocab);  // out of range
+  auto bad = run_graph(**exe, in);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().to_string().find("index"), std::string::npos) << bad.status().to_string();
+}
+
 TEST(Executable, FusedPeakMemoryIsNoHigherThanUnfused) {
   for (const Pattern& p : kPatterns) {
     auto fused = compile_or_die(p.build(), true);

@@ -47,10 +47,19 @@ struct Step {
   int native_node = -1;  // native kernels
 };
 
+// A native step's arguments (exec/native_ops.h), resolved: its output, then its inputs; and the
+// value a fill writes (a constant's, or its symbol's at this binding).
+struct NativeArgs {
+  std::vector<TensorArg> args;
+  double value = 0.0;
+};
+
 // A call at a known binding whose arguments have a known layout, resolved once: each kernel's
 // launch (programs found, bounds proven) and where each of its arguments lives, so a repeated
-// call only binds addresses. Made after a call that took the full path, for graphs of VM
-// kernels only (native ops and operand copies keep the full path).
+// call only binds addresses. Native steps (an embedding's index_select, positions' iota) keep
+// their resolved arguments, the addresses rebound the same way. Made after a call that took
+// the full path, for graphs without operand copies or output copies (those keep the full
+// path).
 struct PreparedCall {
   struct Arg {
     enum Kind : uint8_t { kInput, kOutput, kArena } kind;
@@ -63,6 +72,8 @@ struct PreparedCall {
     int num_inputs = 0;
     bool any_version = false;  // some input comes from a graph input (weights may be versioned)
     int64_t bytes_moved = 0;
+    bool native = false;  // a native step: `launch` is null, `native_args` its arguments
+    NativeArgs native_args;
   };
   std::vector<Kernel> kernels;                      // by step
   std::vector<std::vector<int>> stacked, in_order;  // per wave: kernel indices
@@ -187,10 +198,13 @@ struct Executable::Impl {
                       std::span<const TensorArg> outputs, Arena* arena, GraphRunStats* st) const;
   // The PreparedCall of a call that just ran the full path with these kernel arguments; null
   // when the graph or the call needs the full path every time.
-  std::shared_ptr<const PreparedCall> prepare_call(
-      const BindingPlan& p, std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
-      const char* arena, const std::vector<std::vector<TensorArg>>& ins,
-      const std::vector<std::vector<TensorArg>>& outs) const;
+  std::shared_ptr<const PreparedCall> prepare_call(const BindingPlan& p,
+                                                   std::span<const TensorArg> inputs,
+                                                   std::span<const TensorArg> outputs,
+                                                   const char* arena,
+                                                   const std::vector<std::vector<TensorArg>>& ins,
+                                                   const std::vector<std::vector<TensorArg>>& outs,
+                                                   const std::vector<NativeArgs>& natives) const;
   // Runs a call whose inputs are bound to `plan` (fresh: the plan was just made) into outputs.
   Status run_bound(std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
                    const BindingPlan& plan, bool fresh, double t0, GraphRunStats* stats) const;
@@ -693,13 +707,14 @@ StatusOr<TensorArg> CallState::resolve_load(const fuser::LoadSpec& l) {
   return view_of(l.node, x_.g->nodes[l.node].inputs[0]);
 }
 
-Status run_native(const Executable::Impl& x, CallState& cs, int id) {
+// A native step's arguments at this call (NativeArgs): its output's storage and its inputs.
+StatusOr<NativeArgs> native_args(const Executable::Impl& x, CallState& cs, int id) {
   const Node& n = x.g->nodes[id];
-  TensorArg out = cs.storage(id);
+  NativeArgs a;
+  a.args.push_back(cs.storage(id));
   switch (n.op) {
     case GraphOp::kIota:
-      exec::iota(out, n.axis);
-      return Status::ok();
+      return a;
     case GraphOp::kConstant:
     case GraphOp::kBroadcast:
     case GraphOp::kReshape:
@@ -708,30 +723,44 @@ Status run_native(const Executable::Impl& x, CallState& cs, int id) {
       int root = id;
       while (x.g->nodes[root].op != GraphOp::kConstant) root = x.g->nodes[root].inputs[0];
       const Node& c = x.g->nodes[root];
-      double v = c.value;
+      a.value = c.value;
       if (!c.sym.empty()) {
         DVM_ASSIGN_OR_RETURN(int64_t e, c.sym[0].evaluate(cs.bindings()));
-        v = static_cast<double>(e);
+        a.value = static_cast<double>(e);
       }
-      exec::fill(out, v);
-      return Status::ok();
+      return a;
     }
-    case GraphOp::kCumsum: {
-      DVM_ASSIGN_OR_RETURN(TensorArg src, cs.resolve(n.inputs[0]));
-      exec::cumsum(src, n.axis, out);
-      return Status::ok();
-    }
+    case GraphOp::kCumsum:
     case GraphOp::kIndexSelect:
-    case GraphOp::kGather: {
-      DVM_ASSIGN_OR_RETURN(TensorArg src, cs.resolve(n.inputs[0]));
-      DVM_ASSIGN_OR_RETURN(TensorArg idx, cs.resolve(n.inputs[1]));
-      if (n.op == GraphOp::kIndexSelect) {
-        return exec::index_select(x.where(id), src, idx, n.axis, out);
+    case GraphOp::kGather:
+      for (int in : n.inputs) {
+        DVM_ASSIGN_OR_RETURN(TensorArg t, cs.resolve(in));
+        a.args.push_back(std::move(t));
       }
-      return exec::gather(x.where(id), src, idx, n.axis, out);
-    }
+      return a;
     default:
       return internal_error(x.where(id) + ": not a native op");
+  }
+}
+
+// Runs native step `id` on its arguments (native_args, or a prepared call's rebound copy).
+Status exec_native(const Executable::Impl& x, int id, const NativeArgs& a) {
+  const Node& n = x.g->nodes[id];
+  const std::vector<TensorArg>& t = a.args;
+  switch (n.op) {
+    case GraphOp::kIota:
+      exec::iota(t[0], n.axis);
+      return Status::ok();
+    case GraphOp::kCumsum:
+      exec::cumsum(t[1], n.axis, t[0]);
+      return Status::ok();
+    case GraphOp::kIndexSelect:
+      return exec::index_select(x.where(id), t[1], t[2], n.axis, t[0]);
+    case GraphOp::kGather:
+      return exec::gather(x.where(id), t[1], t[2], n.axis, t[0]);
+    default:  // a fill (native_args refused every other op)
+      exec::fill(t[0], a.value);
+      return Status::ok();
   }
 }
 
@@ -785,7 +814,7 @@ Status Executable::run(std::span<const TensorArg> inputs, const OutputAllocator&
 std::shared_ptr<const PreparedCall> Executable::Impl::prepare_call(
     const BindingPlan& p, std::span<const TensorArg> inputs, std::span<const TensorArg> outputs,
     const char* arena, const std::vector<std::vector<TensorArg>>& ins,
-    const std::vector<std::vector<TensorArg>>& outs) const {
+    const std::vector<std::vector<TensorArg>>& outs, const std::vector<NativeArgs>& natives) const {
   // Arguments are told apart by address: the call's own must be distinct and present.
   std::vector<const void*> bases;
   for (std::span<const TensorArg> args : {inputs, outputs})
@@ -814,9 +843,20 @@ std::shared_ptr<const PreparedCall> Executable::Impl::prepare_call(
     return true;
   };
   for (size_t s = 0; s < steps.size(); ++s) {
-    if (!steps[s].kernel) return nullptr;
     PreparedCall::Kernel& k = pc->kernels[s];
     k.step = static_cast<int>(s);
+    if (steps[s].kind == KernelKind::kNative) {
+      if (natives[s].args.empty()) return nullptr;  // not run by the call
+      k.native = true;
+      k.native_args = natives[s];
+      for (const TensorArg& t : k.native_args.args) {
+        PreparedCall::Arg a{};
+        if (!where(t, &a)) return nullptr;
+        k.args.push_back(a);
+      }
+      continue;
+    }
+    if (!steps[s].kernel) return nullptr;
     RunStats rs;
     StatusOr<std::shared_ptr<const CompiledKernel::Launch>> l =
         steps[s].kernel->prepare_launch(ins[s], outs[s], p.params[s], &rs);
@@ -846,25 +886,40 @@ std::shared_ptr<const PreparedCall> Executable::Impl::prepare_call(
 Status Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const TensorArg> inputs,
                                       std::span<const TensorArg> outputs, Arena* arena,
                                       GraphRunStats* st) const {
+  const auto arg_data = [&](const PreparedCall::Arg& a) -> void* {
+    switch (a.kind) {
+      case PreparedCall::Arg::kInput:
+        return inputs[a.where].data;
+      case PreparedCall::Arg::kOutput:
+        return outputs[a.where].data;
+      case PreparedCall::Arg::kArena:
+        break;
+    }
+    return arena->data + a.where;
+  };
+  const auto launch_native = [&](const PreparedCall::Kernel& k) -> Status {
+    thread_local NativeArgs a;
+    a = k.native_args;
+    for (size_t j = 0; j < k.args.size(); ++j) a.args[j].data = arg_data(k.args[j]);
+    const int node = steps[k.step].native_node;
+    if (!base::profiling()) return exec_native(*this, node, a);
+    const double t0 = base::now_us();
+    Status s = exec_native(*this, node, a);
+    base::profile_record(g->name + " native " + graph_op_name(g->nodes[node].op),
+                         base::now_us() - t0, 0);
+    return s;
+  };
   const auto launch = [&](const PreparedCall::Kernel& k) -> Status {
+    if (k.native) return launch_native(k);
     thread_local std::vector<void*> data;
     thread_local std::vector<uint64_t> versions;
     data.resize(k.args.size());
     if (k.any_version) versions.assign(static_cast<size_t>(k.num_inputs), 0);
     for (size_t j = 0; j < k.args.size(); ++j) {
       const PreparedCall::Arg& a = k.args[j];
-      switch (a.kind) {
-        case PreparedCall::Arg::kInput:
-          data[j] = inputs[a.where].data;
-          if (k.any_version && j < versions.size()) versions[j] = inputs[a.where].version;
-          break;
-        case PreparedCall::Arg::kOutput:
-          data[j] = outputs[a.where].data;
-          break;
-        case PreparedCall::Arg::kArena:
-          data[j] = arena->data + a.where;
-          break;
-      }
+      data[j] = arg_data(a);
+      if (k.any_version && a.kind == PreparedCall::Arg::kInput && j < versions.size())
+        versions[j] = inputs[a.where].version;
     }
     const CompiledKernel& kernel = *steps[k.step].kernel;
     const uint64_t* v = k.any_version ? versions.data() : nullptr;
@@ -891,11 +946,17 @@ Status Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const Te
       });
       DVM_RETURN_IF_ERROR(failed);
     }
-    for (int s : pc.in_order[w]) DVM_RETURN_IF_ERROR(launch(pc.kernels[s]));
+    int natives = 0;
+    for (int s : pc.in_order[w]) {
+      DVM_RETURN_IF_ERROR(launch(pc.kernels[s]));
+      natives += pc.kernels[s].native ? 1 : 0;
+    }
     for (int s : small) st->bytes_moved += pc.kernels[s].bytes_moved;
     for (int s : pc.in_order[w]) st->bytes_moved += pc.kernels[s].bytes_moved;
-    st->kernels_launched += static_cast<int>(small.size() + pc.in_order[w].size());
-    st->cache_hits += static_cast<int>(small.size() + pc.in_order[w].size());
+    const int vm = static_cast<int>(small.size() + pc.in_order[w].size()) - natives;
+    st->kernels_launched += vm;
+    st->cache_hits += vm;
+    st->native_launched += natives;
     st->kernels_stacked += static_cast<int>(small.size());
   }
   return Status::ok();
@@ -965,6 +1026,7 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
     for (int id : step.lowered.stores) outs[s].push_back(cs.storage(id));
   }
   std::vector<char> prepared(n, 0);
+  std::vector<NativeArgs> natives(n);
   if (status.is_ok() && fresh) status = x.encode_concurrently(ins, outs, *p, &st, &prepared);
   std::vector<RunStats> rs(n);
   auto account = [&](size_t s) {
@@ -986,7 +1048,9 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
       const Step& step = x.steps[s];
       const double t_start = base::profiling() ? base::now_us() : 0.0;
       if (step.kind == KernelKind::kNative) {
-        status = run_native(x, cs, step.native_node);
+        StatusOr<NativeArgs> a = native_args(x, cs, step.native_node);
+        status = a.is_ok() ? exec_native(x, step.native_node, *a) : a.status();
+        if (a.is_ok()) natives[s] = std::move(*a);
         ++st.native_launched;
         if (base::profiling()) {
           base::profile_record(
@@ -1005,6 +1069,7 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
     }
   }
   // Outputs that are inputs, or the same value listed twice, are copied.
+  bool output_copies = false;
   for (size_t k = 0; k < outputs.size() && status.is_ok(); ++k) {
     int o = x.g->outputs[k];
     if (x.plan.role[o] == Role::kCompute && x.output_index[o] == static_cast<int>(k)) continue;
@@ -1019,10 +1084,14 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
     }
     exec::strided_copy(*src, with_strides(outputs[k]));
     ++st.native_launched;
+    output_copies = true;
   }
-  if (status.is_ok() && st.native_launched == 0 && !cs.copied_operands()) {
+  // Prepared at a binding's second full call, not its first: a decode step meets a new length
+  // every call, and preparing each (every kernel's launch looked up and proven again) cost
+  // more than the repeated calls it never had.
+  if (status.is_ok() && !fresh && !output_copies && !cs.copied_operands()) {
     std::shared_ptr<const PreparedCall> made =
-        x.prepare_call(*p, inputs, outputs, arena->data, ins, outs);
+        x.prepare_call(*p, inputs, outputs, arena->data, ins, outs, natives);
     if (made) {
       std::lock_guard<std::mutex> lock(p->mu);
       if (p->prepared.size() >= kMaxBindingPlans) p->prepared.clear();
