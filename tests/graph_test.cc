@@ -1178,6 +1178,63 @@ TEST(Executable, RepeatedCallsRebindNativeSteps) {
   EXPECT_NE(bad.status().to_string().find("index"), std::string::npos) << bad.status().to_string();
 }
 
+// Layers that repeat a kernel share its compiled form (same_definition): at a new binding the
+// first layer's kernel encodes and the others find its programs; a kernel that differs in a
+// constant alone does not share. Every layer still reads its own weights: against the unfused
+// executable, at two lengths, several calls each.
+TEST(Executable, RepeatedLayersShareTheirKernels) {
+  for (double scale : {0.5, 0.25}) {
+    GraphBuilder gb("layers");
+    SymExpr s = gb.symbol("S");
+    Tensor h = gb.input("x", DType::kF32, {s, 16});
+    const char* weights[] = {"w0", "w1", "w2"};
+    const char* biases[] = {"b0", "b1", "b2"};
+    for (int layer = 0; layer < 3; ++layer) {
+      Tensor w = gb.input(weights[layer], DType::kF32, {16, 16});
+      Tensor b = gb.input(biases[layer], DType::kF32, {16});
+      // The last layer's constant is `scale`: the same definition as the others at 0.5 only.
+      const double c = layer == 2 ? scale : 0.5;
+      h = gb.binary(BinaryOp::kAdd, gb.unary(UnaryOp::kTanh, gb.linear(h, w, b)), c);
+    }
+    gb.output("y", h);
+    Graph g = *gb.build();
+    auto fused = compile_or_die(g, true);
+    auto unfused = compile_or_die(g, false);
+    std::mt19937 rng(31);
+    for (int64_t n : {5, 12, 5}) {
+      std::vector<HostTensor> in = {random_host(DType::kF32, {n, 16}, rng)};
+      for (int layer = 0; layer < 3; ++layer) {
+        in.push_back(random_host(DType::kF32, {16, 16}, rng, -0.5, 0.5));
+        in.push_back(random_host(DType::kF32, {16}, rng));
+      }
+      GraphRunStats st;
+      HostTensor want;
+      expect_same_as_unfused(*fused, *unfused, in, &st, &want);
+      ASSERT_EQ(st.kernels_launched, 3) << (*fused).optimized().to_string();
+      // And against a direct loop: the unfused executable shares its kernels the same way.
+      std::vector<double> x(static_cast<size_t>(n * 16));
+      for (int64_t i = 0; i < n * 16; ++i) x[i] = in[0].at(i);
+      for (int layer = 0; layer < 3; ++layer) {
+        const HostTensor &w = in[1 + 2 * layer], &b = in[2 + 2 * layer];
+        std::vector<double> y(x.size());
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t o = 0; o < 16; ++o) {
+            double acc = b.at(o);
+            for (int64_t k = 0; k < 16; ++k) acc += x[i * 16 + k] * w.at(o * 16 + k);
+            y[i * 16 + o] = std::tanh(acc) + (layer == 2 ? scale : 0.5);
+          }
+        x = y;
+      }
+      for (int64_t i = 0; i < n * 16; ++i)
+        EXPECT_NEAR(want.at(i), x[i], 1e-4) << "scale " << scale << " S=" << n << " i=" << i;
+      if (n == 12) {  // the first call at this binding
+        EXPECT_EQ(st.programs_encoded, scale == 0.5 ? 1 : 2) << "scale " << scale;
+        EXPECT_EQ(st.cache_hits, scale == 0.5 ? 2 : 1) << "scale " << scale;
+      }
+    }
+  }
+}
+
 TEST(Executable, FusedPeakMemoryIsNoHigherThanUnfused) {
   for (const Pattern& p : kPatterns) {
     auto fused = compile_or_die(p.build(), true);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "exec/views.h"
 #include "fuser/fusion.h"
 #include "fuser/lower.h"
+#include "ir/kernel_def.h"
 #include "passes/passes.h"
 #include "runtime/arg_checks.h"
 
@@ -37,6 +39,30 @@ constexpr size_t kMaxBindingPlans = 4096;
 
 int64_t align_up(int64_t v) {
   return (v + kAlign - 1) / kAlign * kAlign;
+}
+
+// Do two fused kernels compute the same thing from the same arguments? The same ops, dtypes,
+// constants (bit for bit), symbolic shapes, attributes, argument slots and outputs; names
+// aside. Such kernels (every layer of a model repeats its layer's kernels) share one
+// CompiledKernel, and with it the programs encoded for each binding: a decode step's new
+// length is encoded once, not once per layer.
+bool same_definition(const ir::KernelDef& a, const ir::KernelDef& b) {
+  if (a.symbols != b.symbols || a.nodes.size() != b.nodes.size() ||
+      a.input_nodes != b.input_nodes || a.param_dtypes != b.param_dtypes ||
+      a.outputs.size() != b.outputs.size()) {
+    return false;
+  }
+  for (size_t k = 0; k < a.outputs.size(); ++k)
+    if (a.outputs[k].node != b.outputs[k].node) return false;
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const ir::Node &x = a.nodes[i], &y = b.nodes[i];
+    if (x.kind != y.kind || x.dtype != y.dtype || x.op != y.op || x.keepdims != y.keepdims ||
+        x.slot != y.slot || std::memcmp(&x.fconst, &y.fconst, sizeof(double)) != 0 ||
+        x.iconst != y.iconst || x.inputs != y.inputs || x.shape != y.shape || x.attr != y.attr) {
+      return false;
+    }
+  }
+  return true;
 }
 
 struct Step {
@@ -243,9 +269,17 @@ Status Executable::Impl::lower_all() {
           break;
         }
         s.lowered = std::move(*l);
-        CompileOptions co;
-        co.num_threads = options.num_threads;
-        DVM_ASSIGN_OR_RETURN(s.kernel, CompiledKernel::create(s.lowered.kernel, co));
+        for (const Step& done : steps) {
+          if (done.kernel && same_definition(done.lowered.kernel.def(), s.lowered.kernel.def())) {
+            s.kernel = done.kernel;
+            break;
+          }
+        }
+        if (!s.kernel) {
+          CompileOptions co;
+          co.num_threads = options.num_threads;
+          DVM_ASSIGN_OR_RETURN(s.kernel, CompiledKernel::create(s.lowered.kernel, co));
+        }
       }
       steps.push_back(std::move(s));
     }
@@ -515,20 +549,29 @@ Status Executable::Impl::encode_concurrently(const std::vector<std::vector<Tenso
                                              const std::vector<std::vector<TensorArg>>& out,
                                              const BindingPlan& p, GraphRunStats* st,
                                              std::vector<char>* prepared) const {
-  std::vector<int> vm;
-  for (size_t s = 0; s < steps.size(); ++s)
-    if (steps[s].kernel) vm.push_back(static_cast<int>(s));
+  // Steps sharing a kernel (same_definition) after its first: encoded after the first ones,
+  // where they find its programs, instead of encoding the same program side by side.
+  std::vector<int> vm, first, again;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (!steps[s].kernel) continue;
+    vm.push_back(static_cast<int>(s));
+    bool seen = false;
+    for (int f : first) seen = seen || steps[f].kernel == steps[s].kernel;
+    (seen ? again : first).push_back(static_cast<int>(s));
+  }
   if (vm.size() < 2) return Status::ok();
   std::vector<RunStats> rs(steps.size());
   std::vector<Status> sts(steps.size());
-  int parts = parts_for(vm.size());
   double t0 = base::now_us();
-  base::parallel_for(parts, [&](int part) {
-    for (size_t i = part; i < vm.size(); i += parts) {
-      int s = vm[i];
-      sts[s] = steps[s].kernel->prepare(in[s], out[s], p.params[s], &rs[s]);
-    }
-  });
+  for (const std::vector<int>* list : {&first, &again}) {
+    const int parts = parts_for(list->size());
+    base::parallel_for(parts, [&](int part) {
+      for (size_t i = part; i < list->size(); i += parts) {
+        int s = (*list)[i];
+        sts[s] = steps[s].kernel->prepare(in[s], out[s], p.params[s], &rs[s]);
+      }
+    });
+  }
   for (int s : vm) {
     DVM_RETURN_IF_ERROR(sts[s]);
     (rs[s].cache_hit ? st->cache_hits : st->programs_encoded)++;
