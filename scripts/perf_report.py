@@ -965,7 +965,10 @@ def section_decode(path, d):
             f"over {d.get('rounds')} rounds where the cache lengths repeat (cached lengths) and "
             "the first round, where every length is new (DVM encodes the programs of each new "
             "length); the configurations take turns within each round, in an order that rotates. First decode = the first "
-            "prefill and two steps, compiles included. × eager = eager / config per token.", ""]
+            "prefill and two steps, compiles included. × eager = eager / config per token."
+            + (" With Dynamo's `torch._dynamo.config.specialize_float = True` (every backend): "
+               "the models' float settings are constants of the graph instead of a tensor made "
+               "and passed in per call." if d.get("specialize_float") else ""), ""]
     rows = []
     for r in d.get("results", []):
         pt, new, sp = r.get("per_token_ms", {}), r.get("per_token_new_lengths_ms", {}), \
@@ -1015,6 +1018,10 @@ PY = [
      section_models, "python3 python/bench/models_bench.py --dtype bf16"),
     ("decode_bench", "Greedy decoding with a KV cache: eager, Inductor and DVM per token",
      section_decode, "python3 python/bench/decode_bench.py [--threads 2] [--models gpt2 llama]"),
+    ("decode_bench_specialize_float",
+     "Greedy decoding with a KV cache, Dynamo's specialize_float on: eager, Inductor and DVM",
+     section_decode,
+     "python3 python/bench/decode_bench.py --specialize-float [--threads 2] [--models gpt2 llama]"),
 ]
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,11 @@ Each compiled configuration runs in a process of its own beside eager (--shared-
 them all in one): × eager is a ratio within one process, and Inductor / DVM compares two such
 ratios.
 
-Writes bench_results/decode_bench.json.
+--specialize-float sets Dynamo's `torch._dynamo.config.specialize_float` in every process: the
+models' float settings (epsilons, scales) become constants of the graph instead of a tensor
+made per call and passed in (Dynamo's default for dynamic=True), for every backend alike.
+
+Writes bench_results/decode_bench.json (decode_bench_specialize_float.json with the flag).
 """
 
 import argparse
@@ -126,8 +130,12 @@ def main():
     ap.add_argument("--shared-process", action="store_true",
                     help="every configuration in this process (default: one process per "
                          "compiled configuration, each beside eager)")
+    ap.add_argument("--specialize-float", action="store_true",
+                    help="torch._dynamo.config.specialize_float = True in every process")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.specialize_float:
+        torch._dynamo.config.specialize_float = True
     compiled = [c for c in args.configs if c != "eager"]
     if not args.shared_process and not args.child and len(compiled) > 1:
         return isolated(args, compiled)
@@ -153,6 +161,7 @@ def main():
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": git_commit(),
         "prompt": args.prompt, "steps": args.steps, "rounds": args.rounds,
+        "specialize_float": args.specialize_float,
         "sizes": {"hidden": HIDDEN, "heads": HEADS, "kv_heads": KV_HEADS, "ffn": FFN,
                   "layers": LAYERS, "vocab": VOCAB},
         "results": results,
@@ -160,11 +169,16 @@ def main():
     if args.child:
         print(CHILD_MARK + json.dumps(out))
         return
-    with open(os.path.join("bench_results", "decode_bench.json"), "w") as f:
+    with open(result_path(args), "w") as f:
         json.dump(out, f, indent=1)
 
 
 CHILD_MARK = "@@decode "
+
+
+def result_path(args):
+    name = "decode_bench_specialize_float" if args.specialize_float else "decode_bench"
+    return os.path.join("bench_results", name + ".json")
 
 
 def isolated(args, compiled):
@@ -180,7 +194,7 @@ def isolated(args, compiled):
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads",
                str(args.threads), "--models", *args.models, "--configs", "eager", c,
                "--prompt", str(args.prompt), "--steps", str(args.steps), "--rounds",
-               str(args.rounds)]
+               str(args.rounds)] + (["--specialize-float"] if args.specialize_float else [])
         r = subprocess.run(cmd, capture_output=True, text=True, check=True)
         line = [ln for ln in r.stdout.splitlines() if ln.startswith(CHILD_MARK)][-1]
         out = json.loads(line[len(CHILD_MARK):])
@@ -204,7 +218,7 @@ def isolated(args, compiled):
             f"{c} x{r['speedup_vs_eager'][c]:.2f} eager ({r['per_token_ms'][c]:.3f} ms/token)"
             for c in compiled), flush=True)
     os.makedirs("bench_results", exist_ok=True)
-    with open(os.path.join("bench_results", "decode_bench.json"), "w") as f:
+    with open(result_path(args), "w") as f:
         json.dump(merged, f, indent=1)
 
 
