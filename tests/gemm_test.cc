@@ -202,8 +202,8 @@ TEST(Gemm, SkinnyTransposedInPlace) {
   for_each_target([&] {
     std::mt19937 rng(5);
     for (int64_t m = 1; m <= 16; ++m)
-      for (int64_t n : {1, 4, 7, 33})
-        for (int64_t k : {0, 1, 15, 64, 257}) {
+      for (int64_t n : {1, 4, 7, 13, 33})  // one row of x: blocks of 8, 4 and 1 W rows
+        for (int64_t k : {0, 1, 15, 64, 257, 600}) {
           const Operand a = make_operand(m, k, Layout::kRowMajor, rng);
           const Operand b = make_operand(k, n, Layout::kTransposed, rng);
           ASSERT_EQ(a.cs, 1);

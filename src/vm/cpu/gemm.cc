@@ -998,28 +998,30 @@ struct RowF16 {
 // of x reuse the same four W rows from L1, so W is read from memory once whatever m is. Each
 // output is summed lane-wise over K in vector steps, then across lanes, then its scalar
 // tail: the same order for any m.
-template <class R, size_t kM>
+// kW W rows at a time: 4, or kGemvTWideRows for a single row of x over a short K (attention's
+// q . k over a head, a small model's layers), whose loads of x are then shared by more rows,
+// with more independent sums in flight (m = 1, one thread, W in L3: N = 4096, K = 256 77-79
+// -> 88 GB/s; N = 2048, K = 64 67-70 -> 81-85). Long rows stream from memory better four at a
+// time (K = 1024 / 2048 / 8192 from memory at 8 rows: 33 -> 31, 36 -> 35, 39 -> 33 GB/s).
+template <class R, size_t kM, size_t kW = 4>
 void GemvTRows(size_t j, size_t k, const typename R::T* a, ptrdiff_t a_rs,
                const typename R::T* const* w, float* c, ptrdiff_t ldc, bool accumulate) {
   const DF d;
   const size_t kv = k / kN * kN;
-  VF acc[kM][4];
+  VF acc[kM][kW];
   for (size_t i = 0; i < kM; ++i)
-    for (size_t q = 0; q < 4; ++q) acc[i][q] = hn::Zero(d);
+    for (size_t q = 0; q < kW; ++q) acc[i][q] = hn::Zero(d);
   for (size_t p = 0; p < kv; p += kN) {
-    const VF w0 = R::Load(d, w[0] + p), w1 = R::Load(d, w[1] + p);
-    const VF w2 = R::Load(d, w[2] + p), w3 = R::Load(d, w[3] + p);
+    VF wv[kW];
+    for (size_t q = 0; q < kW; ++q) wv[q] = R::Load(d, w[q] + p);
     for (size_t i = 0; i < kM; ++i) {
       const VF x = R::Load(d, a + static_cast<ptrdiff_t>(i) * a_rs + p);
-      acc[i][0] = hn::MulAdd(x, w0, acc[i][0]);
-      acc[i][1] = hn::MulAdd(x, w1, acc[i][1]);
-      acc[i][2] = hn::MulAdd(x, w2, acc[i][2]);
-      acc[i][3] = hn::MulAdd(x, w3, acc[i][3]);
+      for (size_t q = 0; q < kW; ++q) acc[i][q] = hn::MulAdd(x, wv[q], acc[i][q]);
     }
   }
   for (size_t i = 0; i < kM; ++i) {
     const typename R::T* x = a + static_cast<ptrdiff_t>(i) * a_rs;
-    for (size_t q = 0; q < 4; ++q) {
+    for (size_t q = 0; q < kW; ++q) {
       float tail = 0.0f;
       for (size_t p = kv; p < k; ++p) tail += R::One(x[p]) * R::One(w[q][p]);
       const float v = hn::GetLane(hn::SumOfLanes(d, acc[i][q])) + tail;
@@ -1028,6 +1030,8 @@ void GemvTRows(size_t j, size_t k, const typename R::T* a, ptrdiff_t a_rs,
     }
   }
 }
+constexpr size_t kGemvTWideRows = 8;
+constexpr size_t kGemvTWideMaxK = 512;
 
 template <class R>
 void GemvT(size_t m, size_t n, size_t k, const typename R::T* a, ptrdiff_t a_rs,
@@ -1040,6 +1044,11 @@ void GemvT(size_t m, size_t n, size_t k, const typename R::T* a, ptrdiff_t a_rs,
   const DF d;
   const size_t kv = k / kN * kN;
   size_t j = 0;
+  for (; m == 1 && k <= kGemvTWideMaxK && j + kGemvTWideRows <= n; j += kGemvTWideRows) {
+    const T* w[kGemvTWideRows];
+    for (size_t q = 0; q < kGemvTWideRows; ++q) w[q] = b + static_cast<ptrdiff_t>(j + q) * b_cs;
+    GemvTRows<R, 1, kGemvTWideRows>(j, k, a, a_rs, w, c, ldc, accumulate);
+  }
   for (; j + 4 <= n; j += 4) {
     const T* w[4];
     for (size_t q = 0; q < 4; ++q) w[q] = b + static_cast<ptrdiff_t>(j + q) * b_cs;
