@@ -8,7 +8,9 @@
 
 // GCC 12 warns about the intrinsics' deliberately undefined lanes where they are inlined.
 #pragma GCC diagnostic push
+#ifndef __clang__  // a GCC warning group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace dvm::vm::cpu {
 

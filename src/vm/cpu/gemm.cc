@@ -224,7 +224,9 @@ struct ConvBF16 {
 // Up to 16 consecutive elements (mask: which) as f32, the others zero: f32, bf16 or f16. (GCC
 // 12 warns about the intrinsics' deliberately undefined lanes where they are inlined.)
 #pragma GCC diagnostic push
+#ifndef __clang__  // a GCC warning group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 HWY_INLINE __m512 LoadRow16(ConvF32, __mmask16 mask, const float* p) {
   return _mm512_maskz_loadu_ps(mask, p);
 }
@@ -745,7 +747,9 @@ void GemmWtRows(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdif
 // panel[q * 16 + j] = the pair (B[2q][j], B[2q + 1][j]) for columns j < cols <= 16, q < kc.
 // Two rows of 16 values zero-extended and interleaved per step (lanes past cols zero).
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // the intrinsics' undefined lanes
+#ifndef __clang__  // the intrinsics' undefined lanes (a GCC warning group)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 HWY_INLINE void PackPairsOfRows(size_t cols, size_t kc, const uint16_t* b, ptrdiff_t b_rs,
                                 float* HWY_RESTRICT panel) {
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);

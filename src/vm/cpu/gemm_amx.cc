@@ -23,7 +23,9 @@
 
 // GCC 12 warns about the intrinsics' deliberately undefined lanes where they are inlined.
 #pragma GCC diagnostic push
+#ifndef __clang__  // a GCC warning group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "vm/cpu/avx512_transpose.h"
