@@ -2,6 +2,7 @@
 // ranks and constant dims as it goes. The first error is kept and returned by build().
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "ir/kernel_def.h"
@@ -169,12 +170,25 @@ Value KernelBuilder::param(const std::string& name, DType dtype) {
   return impl_->add(std::move(n));
 }
 
+namespace {
+// v truncated toward zero into int64, saturating (NaN and infinities: 0, as before): casting a
+// double outside int64's range is undefined behaviour (a graph text's constant 2.2e49 reached
+// it; UBSan, fuzz_graph).
+int64_t saturated_int64(double v) {
+  constexpr double kTwo63 = 9223372036854775808.0;  // 2^63, exact
+  if (!std::isfinite(v)) return 0;
+  if (v >= kTwo63) return std::numeric_limits<int64_t>::max();
+  if (v < -kTwo63) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+}  // namespace
+
 Value KernelBuilder::constant(double v, DType dtype) {
   ir::Node n;
   n.kind = ir::OpKind::kConst;
   n.dtype = dtype;
   n.fconst = v;
-  n.iconst = std::isfinite(v) ? static_cast<int64_t>(v) : 0;
+  n.iconst = saturated_int64(v);
   if (dtype == DType::kBool) n.iconst = v != 0;
   return impl_->add(std::move(n));
 }
