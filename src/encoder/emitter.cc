@@ -630,6 +630,17 @@ void Emitter::fit_tile_to_cache() {
   }
 }
 
+namespace {
+// The grid's blocks along every axis but `axis`.
+int64_t grid_blocks_except(const std::vector<bc::Axis>& axes, int axis) {
+  int64_t blocks = 1;
+  for (size_t a = 0; a < axes.size(); ++a)
+    if (static_cast<int>(a) != axis && axes[a].iter == bc::AxisIter::kGrid)
+      blocks *= axes[a].trips();
+  return blocks;
+}
+}  // namespace
+
 // A program whose only register values are chain-local (chains over memory, and
 // instructions reading and writing memory directly) touches no tile register: its tile size
 // costs no cache, only per-tile dispatch, which for cheap bodies (a bf16 load and an fma:
@@ -653,10 +664,7 @@ void Emitter::grow_streaming_tile() {
   const int axis = L_.row >= 0 ? L_.row : L_.col;
   bc::Axis& ax = L_.bc_axes[axis];
   if (L_.axes[axis].reduced || ax.iter != bc::AxisIter::kGrid) return;
-  int64_t other = 1;
-  for (size_t a = 0; a < L_.bc_axes.size(); ++a)
-    if (static_cast<int>(a) != axis && L_.bc_axes[a].iter == bc::AxisIter::kGrid)
-      other *= L_.bc_axes[a].trips();
+  const int64_t other = grid_blocks_except(L_.bc_axes, axis);
   for (int grow = 0; grow < 2; ++grow) {
     bc::Axis bigger = ax;
     bigger.chunk = std::min(ax.extent, 2 * ax.chunk);
@@ -679,10 +687,7 @@ void Emitter::balance_row_blocks() {
   bc::Axis& row = L_.bc_axes[L_.row];
   if (row.iter != bc::AxisIter::kGrid || row.chunk <= 0) return;
   int64_t blocks = row.trips();
-  int64_t other = 1;
-  for (size_t a = 0; a < L_.bc_axes.size(); ++a)
-    if (static_cast<int>(a) != L_.row && L_.bc_axes[a].iter == bc::AxisIter::kGrid)
-      other *= L_.bc_axes[a].trips();
+  const int64_t other = grid_blocks_except(L_.bc_axes, L_.row);
   const int64_t threads = L_.threads;
   if (threads > 1 && other > 0 && blocks * other % threads != 0 && blocks * other < 8 * threads) {
     for (int64_t more = blocks + 1; more <= blocks + threads && more <= row.extent; ++more) {

@@ -83,9 +83,9 @@ struct NativeArgs {
 // A call at a known binding whose arguments have a known layout, resolved once: each kernel's
 // launch (programs found, bounds proven) and where each of its arguments lives, so a repeated
 // call only binds addresses. Native steps (an embedding's index_select, positions' iota) keep
-// their resolved arguments, the addresses rebound the same way. Made after a call that took
-// the full path, for graphs without operand copies or output copies (those keep the full
-// path).
+// their resolved arguments, the addresses rebound the same way. Made at a binding's second
+// call that took the full path, for graphs without operand copies or output copies (those
+// keep the full path).
 struct PreparedCall {
   struct Arg {
     enum Kind : uint8_t { kInput, kOutput, kArena } kind;
@@ -787,7 +787,7 @@ StatusOr<NativeArgs> native_args(const Executable::Impl& x, CallState& cs, int i
 }
 
 // Runs native step `id` on its arguments (native_args, or a prepared call's rebound copy).
-Status exec_native(const Executable::Impl& x, int id, const NativeArgs& a) {
+Status exec_native_untimed(const Executable::Impl& x, int id, const NativeArgs& a) {
   const Node& n = x.g->nodes[id];
   const std::vector<TensorArg>& t = a.args;
   switch (n.op) {
@@ -805,6 +805,16 @@ Status exec_native(const Executable::Impl& x, int id, const NativeArgs& a) {
       exec::fill(t[0], a.value);
       return Status::ok();
   }
+}
+
+// exec_native_untimed, recorded under DVM_PROFILE as "<graph> native <op>".
+Status exec_native(const Executable::Impl& x, int id, const NativeArgs& a) {
+  if (!base::profiling()) return exec_native_untimed(x, id, a);
+  const double t0 = base::now_us();
+  Status s = exec_native_untimed(x, id, a);
+  base::profile_record(x.g->name + " native " + graph_op_name(x.g->nodes[id].op),
+                       base::now_us() - t0, 0);
+  return s;
 }
 
 }  // namespace
@@ -944,13 +954,7 @@ Status Executable::Impl::run_prepared(const PreparedCall& pc, std::span<const Te
     thread_local NativeArgs a;
     a = k.native_args;
     for (size_t j = 0; j < k.args.size(); ++j) a.args[j].data = arg_data(k.args[j]);
-    const int node = steps[k.step].native_node;
-    if (!base::profiling()) return exec_native(*this, node, a);
-    const double t0 = base::now_us();
-    Status s = exec_native(*this, node, a);
-    base::profile_record(g->name + " native " + graph_op_name(g->nodes[node].op),
-                         base::now_us() - t0, 0);
-    return s;
+    return exec_native(*this, steps[k.step].native_node, a);
   };
   const auto launch = [&](const PreparedCall::Kernel& k) -> Status {
     if (k.native) return launch_native(k);
@@ -1095,11 +1099,6 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
         status = a.is_ok() ? exec_native(x, step.native_node, *a) : a.status();
         if (a.is_ok()) natives[s] = std::move(*a);
         ++st.native_launched;
-        if (base::profiling()) {
-          base::profile_record(
-              x.g->name + " native " + graph_op_name(x.g->nodes[step.native_node].op),
-              base::now_us() - t_start, 0);
-        }
         continue;
       }
       status = step.kernel->run(ins[s], outs[s], p->params[s], &rs[s]);

@@ -97,6 +97,12 @@ constexpr size_t kNC = 512;
 static_assert(kNC % kNR == 0, "column block must hold whole panels");
 // Most A panels (of up to MR rows) for which a row-major f32 B is read in place (GemmImpl).
 constexpr size_t kDirectBMaxPanels = 10;
+// The K block of a product split into equal blocks of at most `max_block` (the order of each
+// output's sum follows its blocks: GemvB keeps GemmImpl's by taking them from here too).
+inline size_t EqualKBlock(size_t k, size_t max_block) {
+  const size_t blocks = (k + max_block - 1) / max_block;
+  return (k + blocks - 1) / blocks;
+}
 
 // Do the rows of an operand read side by side (A's MR rows by the micro-kernel, W's 14 rows by
 // the in-place transposed-B kernel) fall into enough L1 sets at this row stride (floats)? At a
@@ -672,8 +678,7 @@ void WtBlockPacked(const WtBlockOf<T>& b) {
 template <class Conv, typename T, bool kDot>
 void GemmWt(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const T* w,
             ptrdiff_t w_rs, float* c, ptrdiff_t ldc, bool accumulate, float* kept, bool packed) {
-  const size_t kblocks = (k + kWtKC - 1) / kWtKC;
-  const size_t kc_max = (k + kblocks - 1) / kblocks;
+  const size_t kc_max = EqualKBlock(k, kWtKC);
   const size_t panels = (m + kWtRows - 1) / kWtRows;
   float* block_buf = kept ? nullptr : gemm_detail::scratch(0, panels * kWtRows * kc_max);
   void (*block)(const WtBlockOf<T>&) = nullptr;
@@ -769,8 +774,7 @@ HWY_INLINE void PackPairsOfRows(size_t cols, size_t kc, const uint16_t* b, ptrdi
 // of kWtKC pairs; each output sums its pairs in order, whatever the rows of the call.
 void GemmBRowsDot(size_t m, size_t n, size_t k2, const float* a, ptrdiff_t a_rs, const uint16_t* b,
                   ptrdiff_t b_rs, float* c, ptrdiff_t ldc, bool accumulate) {
-  const size_t kblocks = (k2 + kWtKC - 1) / kWtKC;
-  const size_t kc_max = (k2 + kblocks - 1) / kblocks;
+  const size_t kc_max = EqualKBlock(k2, kWtKC);
   const size_t chunks = (m + kWtDotMaxRows - 1) / kWtDotMaxRows;
   const size_t mc = ((m + chunks - 1) / chunks + kN - 1) / kN * kN;
   float* xbuf = gemm_detail::scratch(0, WtPanelFloats(std::min(mc, m), kc_max));
@@ -1201,8 +1205,7 @@ void GemvBRows(size_t n, size_t k, const typename R::T* a, ptrdiff_t a_rs, ptrdi
                const typename R::T* b, ptrdiff_t b_rs, float* c, ptrdiff_t ldc, bool accumulate) {
   using T = typename R::T;
   const DF d;
-  const size_t kblocks = (k + kKC - 1) / kKC;  // GemmImpl's K blocks
-  const size_t kc_max = (k + kblocks - 1) / kblocks;
+  const size_t kc_max = EqualKBlock(k, kKC);  // GemmImpl's K blocks
   const size_t full = n / kN, tail = n % kN, nv = full + (tail != 0 ? 1 : 0);
   float* z = gemm_detail::scratch(1, kM * nv * kN);
   for (size_t pc = 0; pc < k; pc += kc_max) {
@@ -1271,8 +1274,7 @@ void GemmImpl(size_t m, size_t n, size_t k, const T* a, ptrdiff_t a_rs, ptrdiff_
     return GemvB<typename RowOf<Conv>::type>(m, n, k, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate);
   }
   // Equal K blocks of at most kKC.
-  const size_t kblocks = (k + kKC - 1) / kKC;
-  const size_t kc_max = (k + kblocks - 1) / kblocks;
+  const size_t kc_max = EqualKBlock(k, kKC);
   const Panels pan(m);
   // Few A panels reuse B little: read contiguous f32 B rows in place instead of packing them,
   // B panel by B panel (each stays in L1/L2 while the A panels pass over it; the first A
