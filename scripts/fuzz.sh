@@ -42,11 +42,12 @@ status=0
 for t in "${TARGETS[@]}"; do
   corpus="$BUILD/corpus-$t"
   mkdir -p "$corpus"
+  rm -f "$BUILD"/fuzz-[0-9]*.log  # the jobs' logs of the previous target
   echo "fuzz: $t for ${SECONDS_PER_TARGET} s"
   (cd "$BUILD" && "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" \
     -jobs="${DVM_JOBS:-2}" -workers="${DVM_JOBS:-2}" -print_final_stats=1 \
     "$corpus" "$ROOT/fuzz/corpus/$t" > "$BUILD/fuzz-$t.log" 2>&1) || status=1
-  grep -h 'stat::number_of_executed_units' "$BUILD"/fuzz-*.log "$BUILD"/fuzz-"$t"*.log \
+  grep -h 'stat::number_of_executed_units' "$BUILD"/fuzz-[0-9]*.log "$BUILD/fuzz-$t.log" \
     2>/dev/null | awk -v t="$t" '{s += $2} END {print "fuzz: " t ": " s " executions"}' || true
 done
 ls "$BUILD"/crash-* 2>/dev/null && status=1

@@ -681,6 +681,32 @@ TEST(SymProperty, NearInt64Limits) {
 
 // ---- cost --------------------------------------------------------------------------------------
 
+// A chain of divisions whose numerators hold the previous quotient with a negative
+// coefficient: splitting -1*e as -e + 63*e (div_split_constant) would write e twice at every
+// step, so the text would double each time (2^20 here). The rule leaves large terms whole; the
+// expression stays linear in the chain's length and evaluates exactly.
+TEST(SymExpr, DivisionChainsStayLinear) {
+  const SymExpr p = S("p"), n = S("n");
+  SymExpr e = p;
+  int64_t pv = 37, nv = -7, value = pv;
+  for (int i = 0; i < 20; ++i) {
+    e = floordiv(n - e, 64) + p;
+    value = (nv - value >= 0 ? (nv - value) / 64 : -((value - nv + 63) / 64)) + pv;
+  }
+  const std::string text = e.to_string();
+  EXPECT_LT(text.size(), 4000u) << text.substr(0, 200);
+  EXPECT_LT(e.node().tree_size, 1000u);
+  auto got = e.evaluate({{"p", pv}, {"n", nv}});
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(*got, value);
+  auto back = parse_sym_expr(text, kRanges);
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(*back, e);
+  // Small terms still take the canonical split: (65*p)//64 = p + p//64.
+  EXPECT_EQ(floordiv(p * 65, 64), p + floordiv(p, 64));
+  EXPECT_EQ(floordiv(n - p, 64), floordiv(n + p * 63, 64) - p);
+}
+
 TEST(SymExpr, BuildsTenThousandExpressionsQuickly) {
   const SymExpr s0 = S("s0"), s1 = S("s1"), s2 = S("s2");
   const auto start = std::chrono::steady_clock::now();

@@ -46,6 +46,16 @@ size_t hash_node(const SymNode& n) {
   return h;
 }
 
+uint32_t count_tree_size(const SymNode& n) {
+  uint64_t size = 1;
+  for (const SymExpr& a : n.args) size += a.node().tree_size;
+  for (const SymTerm& t : n.terms) {
+    ++size;  // the coefficient
+    for (const SymExpr& f : t.factors) size += f.node().tree_size;
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(size, UINT32_MAX));
+}
+
 SymRange monomial_range(std::span<const SymExpr> factors) {
   SymRange r{1, 1};
   for (size_t i = 0; i < factors.size();) {
@@ -165,6 +175,7 @@ SymExpr SymNode::make(SymNode node) {
   auto p = std::make_shared<SymNode>(std::move(node));
   if (p->kind != SymKind::kSymbol) p->range = node_range(*p);
   p->hash = hash_node(*p);
+  p->tree_size = count_tree_size(*p);
   return SymExpr(std::shared_ptr<const SymNode>(std::move(p)));
 }
 

@@ -49,6 +49,10 @@ struct SymNode {
   int64_t value = 0;  // kConst: the value; kPoly: the constant term
   SymRange range;     // contains every value the expression takes
   size_t hash = 0;
+  // Nodes of the expression as a tree (shared subexpressions counted at every use; saturates):
+  // what printing, parsing back and tree walks cost. Rules that would copy a subexpression
+  // bound it by this (see kMaxDuplicatedSize), so no chain of rewrites grows exponentially.
+  uint32_t tree_size = 1;
   std::string name;            // kSymbol
   std::vector<SymExpr> args;   // atoms other than symbols
   std::vector<SymTerm> terms;  // kPoly: one or more
@@ -57,6 +61,11 @@ struct SymNode {
   // node. The caller guarantees that the node is in canonical form.
   static SymExpr make(SymNode node);
 };
+
+// Largest tree (SymNode::tree_size) a rewrite may write twice: splitting c*X into
+// d*(c//d)*X + (c%d)*X copies X, and a chain of such splits over their own results doubles the
+// text each time (a fuzzer found 400 operations printing to 21 MB).
+inline constexpr uint32_t kMaxDuplicatedSize = 32;
 
 // The canonical strict total order: <0, 0 or >0.
 int compare(const SymExpr& a, const SymExpr& b);

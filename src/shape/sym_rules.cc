@@ -99,17 +99,36 @@ Opt div_nested(const SymExpr& a, const SymExpr& b) {
   return floordiv(a.node().args[0], SymExpr(cd));
 }
 
+// The size of the monomial `factors` as a tree (see SymNode::tree_size).
+uint64_t monomial_size(std::span<const SymExpr> factors) {
+  uint64_t size = 0;
+  for (const SymExpr& f : factors) size += f.node().tree_size;
+  return size;
+}
+
 // Splits every coefficient and the constant of `a` as c = d*(c//d) + c%d into Q and R.
-// Returns false when R would be `a` itself (nothing to split off).
-bool split_by_constant(const SymExpr& a, int64_t d, SymExpr* q, SymExpr* r) {
+// Returns false when R would be `a` itself (nothing to split off). A term whose split would
+// write a monomial larger than `max_copied` nodes twice (in Q and in R) stays whole in R: the
+// identity holds for any split of a into d*Q + R, and the canonical one is not worth an
+// expression that doubles with each division.
+bool split_by_constant(const SymExpr& a, int64_t d, uint64_t max_copied, SymExpr* q, SymExpr* r) {
   const PolyView v(a);
   if (v.size() == 0) return false;
+  const auto splits = [&](size_t i) {
+    const int64_t c = v.coeff(i);
+    if (c >= 0 && c < d) return false;
+    return floor_mod(c, d) == 0 || monomial_size(v.factors(i)) <= max_copied;
+  };
   bool any = v.constant() < 0 || v.constant() >= d;
-  for (size_t i = 0; i < v.size() && !any; ++i) any = v.coeff(i) < 0 || v.coeff(i) >= d;
+  for (size_t i = 0; i < v.size() && !any; ++i) any = splits(i);
   if (!any) return false;
   std::vector<SymTerm> qt, rt;
   for (size_t i = 0; i < v.size(); ++i) {
     const int64_t c = v.coeff(i);
+    if (!splits(i)) {
+      rt.push_back({c, copy_factors(v.factors(i))});
+      continue;
+    }
     if (floor_div(c, d) != 0) qt.push_back({floor_div(c, d), copy_factors(v.factors(i))});
     if (floor_mod(c, d) != 0) rt.push_back({floor_mod(c, d), copy_factors(v.factors(i))});
   }
@@ -121,14 +140,15 @@ bool split_by_constant(const SymExpr& a, int64_t d, SymExpr* q, SymExpr* r) {
 Opt div_split_constant(const SymExpr& a, const SymExpr& b) {
   const auto d = divisor_above_one(b);
   SymExpr q, r;
-  if (!d || !split_by_constant(a, *d, &q, &r)) return std::nullopt;
+  if (!d || !split_by_constant(a, *d, kMaxDuplicatedSize, &q, &r)) return std::nullopt;
   return q + floordiv(r, b);
 }
 
 Opt mod_split_constant(const SymExpr& a, const SymExpr& b) {
   const auto d = divisor_above_one(b);
   SymExpr q, r;
-  if (!d || !split_by_constant(a, *d, &q, &r)) return std::nullopt;
+  // Q is dropped, so no term is written twice.
+  if (!d || !split_by_constant(a, *d, UINT64_MAX, &q, &r)) return std::nullopt;
   return mod(r, b);
 }
 
@@ -430,7 +450,9 @@ constexpr SymRule kRules[] = {
      "(x//c)//d = x//(c*d) for c, d > 0: floor(floor(x/c)/d) = floor(x/(c*d))", div_nested},
     {K::kFloorDiv, "div_split_constant",
      "(d*Q + R)//d = Q + R//d for d > 0, every coefficient and the constant c of the "
-     "numerator split as c = d*(c//d) + c%d, so R's lie in [0, d): d*Q is a multiple of d",
+     "numerator split as c = d*(c//d) + c%d, so R's lie in [0, d) (a term whose monomial is "
+     "larger than kMaxDuplicatedSize nodes is not split: it stays whole in R): d*Q is a "
+     "multiple of d",
      div_split_constant},
     {K::kFloorDiv, "div_common_factor",
      "(g*A + r)//(g*e) = A//e for g = gcd(d, coefficients) > 1, d = g*e, 0 <= r < g: with "
