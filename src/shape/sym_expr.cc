@@ -179,6 +179,21 @@ SymExpr SymNode::make(SymNode node) {
   return SymExpr(std::shared_ptr<const SymNode>(std::move(p)));
 }
 
+uint64_t monomial_size(std::span<const SymExpr> factors) {
+  uint64_t size = 0;
+  for (const SymExpr& f : factors) size += f.node().tree_size;
+  return size;
+}
+
+uint64_t distributed_size(const PolyView& a, const PolyView& b) {
+  // Each term of a meets each term of b and b's constant: (|b| + 1) copies of a's monomials,
+  // and the same of b's; one coefficient per term.
+  uint64_t a_nodes = a.size(), b_nodes = b.size();
+  for (size_t i = 0; i < a.size(); ++i) a_nodes += monomial_size(a.factors(i));
+  for (size_t j = 0; j < b.size(); ++j) b_nodes += monomial_size(b.factors(j));
+  return (b.size() + 1) * a_nodes + (a.size() + 1) * b_nodes;
+}
+
 int compare_monomials(std::span<const SymExpr> a, std::span<const SymExpr> b) {
   if (a.size() != b.size()) return a.size() > b.size() ? -1 : 1;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -388,11 +403,16 @@ SymExpr operator*(const SymExpr& a, const SymExpr& b) {
   if (a.is_constant()) return shape::scale(b, a.node_->value);
   if (b.is_constant()) return shape::scale(a, b.node_->value);
   const shape::PolyView va(a), vb(b);
-  // Distributing multiplies the terms: a product of sums squared again and again grew
-  // exponentially (a fuzzed program of 200 stack ops: 70 s and 1 GiB for one expression).
-  // Past kMaxProductTerms the product stays as written (kMulRaw), as on overflow.
+  // Distributing multiplies the terms and copies every monomial of one side into each term of
+  // the other: a product of sums squared again and again grew exponentially (a fuzzed program
+  // of 200 stack ops: 70 s and 1 GiB for one expression), and so did products of such
+  // products nested in quotients (8 MB of text). Past kMaxProductTerms terms or
+  // kMaxProductSize nodes the product stays as written (kMulRaw), as on overflow; shape
+  // arithmetic stays far below both.
   constexpr size_t kMaxProductTerms = 64;
-  if ((va.size() + 1) * (vb.size() + 1) > kMaxProductTerms) {
+  constexpr uint64_t kMaxProductSize = 1024;
+  if ((va.size() + 1) * (vb.size() + 1) > kMaxProductTerms ||
+      shape::distributed_size(va, vb) > kMaxProductSize) {
     return shape::raw(SymKind::kMulRaw, a, b);
   }
   const int64_t ca = va.constant(), cb = vb.constant();

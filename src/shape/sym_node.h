@@ -103,6 +103,11 @@ class PolyView {
   const SymExpr* atom_ = nullptr;
 };
 
+// Nodes of the monomial `factors` as a tree (see SymNode::tree_size).
+uint64_t monomial_size(std::span<const SymExpr> factors);
+// Nodes of the tree a*b would have, distributed into a poly (a, b not constants).
+uint64_t distributed_size(const PolyView& a, const PolyView& b);
+
 // Python semantics: floor_div rounds toward -inf (b != 0, not INT64_MIN / -1); floor_mod has
 // the sign of b (b != 0).
 int64_t floor_div(int64_t a, int64_t b);

@@ -99,13 +99,6 @@ Opt div_nested(const SymExpr& a, const SymExpr& b) {
   return floordiv(a.node().args[0], SymExpr(cd));
 }
 
-// The size of the monomial `factors` as a tree (see SymNode::tree_size).
-uint64_t monomial_size(std::span<const SymExpr> factors) {
-  uint64_t size = 0;
-  for (const SymExpr& f : factors) size += f.node().tree_size;
-  return size;
-}
-
 // Splits every coefficient and the constant of `a` as c = d*(c//d) + c%d into Q and R.
 // Returns false when R would be `a` itself (nothing to split off). A term whose split would
 // write a monomial larger than `max_copied` nodes twice (in Q and in R) stays whole in R: the
