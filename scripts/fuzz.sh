@@ -44,7 +44,14 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$corpus"
   rm -f "$BUILD"/fuzz-[0-9]*.log  # the jobs' logs of the previous target
   echo "fuzz: $t for ${SECONDS_PER_TARGET} s"
+  # A CompiledKernel keeps each thread's recent bindings (their encoded programs) alive by
+  # design, so most fuzz_kernel inputs end with more mallocs than frees, and libFuzzer then
+  # scans the heap for leaks after each of them: 9x fewer executions. Leaks are still reported
+  # by LeakSanitizer at exit.
+  leaks=1
+  [ "$t" != kernel ] || leaks=0
   (cd "$BUILD" && "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" \
+    -detect_leaks="$leaks" \
     -jobs="${DVM_JOBS:-2}" -workers="${DVM_JOBS:-2}" -print_final_stats=1 \
     "$corpus" "$ROOT/fuzz/corpus/$t" > "$BUILD/fuzz-$t.log" 2>&1) || status=1
   grep -h 'stat::number_of_executed_units' "$BUILD"/fuzz-[0-9]*.log "$BUILD/fuzz-$t.log" \
