@@ -1131,6 +1131,45 @@ TEST(Executable, RepeatedCallsUseTheirOwnAddresses) {
 // positions from iota) and a cumsum, called again and again at a few lengths with fresh
 // tables and ids every call, against a direct loop, bitwise; an index out of range still
 // fails a repeated call cleanly.
+// A binding's first run encodes its kernels (all at once, on the VM's threads), its second
+// prepares the call, later ones take the prepared call. output_shapes() before the first run
+// (run_graph does) made the binding's plan, which used to count as its first run: the first
+// run then prepared a call (a full call's cost again, wasted on a length never repeated, as a
+// decode step's) and encoded its kernels one by one.
+TEST(Executable, RunsCountFromTheFirstRunNotThePlan) {
+  GraphBuilder gb("mlp");
+  SymExpr s = gb.symbol("S", SymRange{1, 64});
+  Tensor x = gb.input("x", DType::kF32, {s, 16});
+  Tensor w = gb.input("w", DType::kF32, {16, 16});
+  Tensor h = gb.unary(UnaryOp::kTanh, gb.matmul(x, w));
+  gb.output("y", gb.binary(BinaryOp::kAdd, gb.matmul(h, w), x));
+  auto exe = Executable::compile(*gb.build());
+  ASSERT_TRUE(exe.is_ok()) << exe.status().to_string();
+  std::mt19937 rng(5);
+  for (int64_t n : {3, 7}) {
+    std::vector<HostTensor> in = {random_host(DType::kF32, {n, 16}, rng),
+                                  random_host(DType::kF32, {16, 16}, rng)};
+    std::vector<HostTensor> first;
+    for (int call = 0; call < 4; ++call) {
+      GraphRunStats st;
+      auto out = run_graph(**exe, in, &st);  // output_shapes(), then run()
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      EXPECT_EQ(st.prepared, call >= 2) << "S=" << n << " call " << call;
+      EXPECT_EQ(st.programs_encoded, call == 0 ? st.kernels_launched : 0)
+          << "S=" << n << " call " << call;
+      if (call == 0) {
+        first = *out;
+        continue;
+      }
+      for (size_t k = 0; k < out->size(); ++k) {
+        for (int64_t i = 0; i < first[k].numel(); ++i) {
+          ASSERT_EQ((*out)[k].at(i), first[k].at(i)) << "S=" << n << " call " << call;
+        }
+      }
+    }
+  }
+}
+
 TEST(Executable, RepeatedCallsRebindNativeSteps) {
   constexpr int64_t kVocab = 13, kDim = 8, kMaxPos = 20;
   GraphBuilder gb("embed");

@@ -185,6 +185,9 @@ struct GraphRunStats {
   double bind_us = 0;       // binding symbols, planning buffers
   int64_t bytes_moved = 0;  // nominal bytes loaded + stored by the kernels
   int64_t peak_bytes = 0;   // intermediate buffer memory for this binding
+  // The call bound addresses only: a repeated call of a binding and argument layout (the
+  // binding's first run encodes, its second prepares the call that later ones take).
+  bool prepared = false;
 };
 
 class Executable {

@@ -153,7 +153,8 @@ std::string stats_repr(const GraphRunStats& s) {
      << ", native_launched=" << s.native_launched << ", kernels_stacked=" << s.kernels_stacked
      << ", programs_encoded=" << s.programs_encoded << ", cache_hits=" << s.cache_hits
      << ", encode_us=" << s.encode_us << ", bind_us=" << s.bind_us
-     << ", bytes_moved=" << s.bytes_moved << ", peak_bytes=" << s.peak_bytes << ")";
+     << ", bytes_moved=" << s.bytes_moved << ", peak_bytes=" << s.peak_bytes
+     << ", prepared=" << (s.prepared ? "True" : "False") << ")";
   return os.str();
 }
 
@@ -279,6 +280,7 @@ void bind_executable(nb::module_& m) {
       .def_ro("bind_us", &GraphRunStats::bind_us)
       .def_ro("bytes_moved", &GraphRunStats::bytes_moved)
       .def_ro("peak_bytes", &GraphRunStats::peak_bytes)
+      .def_ro("prepared", &GraphRunStats::prepared)
       .def("__repr__", &stats_repr);
 
   static const TorchCallApi api{TorchCallApi::kVersion, &torch_api_run, &dvm::set_parallel_backend};

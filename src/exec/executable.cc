@@ -6,6 +6,7 @@
 // to a strided view of an input, an output or the arena, and launch the kernels in order. The
 // kernels' own caches hold the bytecode per binding, so a repeated shape costs no encoding.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -114,6 +115,9 @@ struct BindingPlan {
   std::vector<int64_t> slot_offset;
   int64_t arena_bytes = 0;
   std::vector<std::vector<ScalarArg>> params;  // per step
+  // Runs started at this binding: the first encodes its kernels, the second prepares a call.
+  // Counted here, not by who made the plan: output_shapes() makes it before the first run.
+  mutable std::atomic<int64_t> runs{0};
   // Prepared calls by argument layout (layout_key).
   mutable std::mutex mu;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const PreparedCall>> prepared;
@@ -197,23 +201,27 @@ struct Executable::Impl {
                      const std::vector<std::vector<TensorArg>>& out, const BindingPlan& p,
                      std::vector<RunStats>* rs) const;
   StatusOr<SymBindings> bind(std::span<const TensorArg> inputs) const;
-  StatusOr<std::shared_ptr<const BindingPlan>> binding_plan(const SymBindings& b,
-                                                            bool* fresh = nullptr) const;
-  // bind() then binding_plan(): the plan of these inputs' binding.
+  StatusOr<std::shared_ptr<const BindingPlan>> binding_plan(const SymBindings& b) const;
+  // bind() then binding_plan(): the plan of these inputs' binding, for a run (`fresh`: the
+  // binding's first run).
   StatusOr<std::shared_ptr<const BindingPlan>> bound_plan(std::span<const TensorArg> inputs,
                                                           bool* fresh) const {
     thread_local std::vector<int64_t> shapes;
     shapes.clear();
     for (const TensorArg& t : inputs) append_shape(t, &shapes);
+    std::shared_ptr<const BindingPlan> plan;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (last_plan != nullptr && last_shapes == shapes) return last_plan;
+      if (last_plan != nullptr && last_shapes == shapes) plan = last_plan;
     }
-    DVM_ASSIGN_OR_RETURN(SymBindings b, bind(inputs));
-    DVM_ASSIGN_OR_RETURN(std::shared_ptr<const BindingPlan> plan, binding_plan(b, fresh));
-    std::lock_guard<std::mutex> lock(mu);
-    last_shapes = shapes;
-    last_plan = plan;
+    if (plan == nullptr) {
+      DVM_ASSIGN_OR_RETURN(SymBindings b, bind(inputs));
+      DVM_ASSIGN_OR_RETURN(plan, binding_plan(b));
+      std::lock_guard<std::mutex> lock(mu);
+      last_shapes = shapes;
+      last_plan = plan;
+    }
+    *fresh = plan->runs.fetch_add(1, std::memory_order_relaxed) == 0;
     return plan;
   }
   Status encode_concurrently(const std::vector<std::vector<TensorArg>>& in,
@@ -476,8 +484,8 @@ StatusOr<SymBindings> Executable::Impl::bind(std::span<const TensorArg> inputs) 
   return b;
 }
 
-StatusOr<std::shared_ptr<const BindingPlan>> Executable::Impl::binding_plan(const SymBindings& b,
-                                                                            bool* fresh) const {
+StatusOr<std::shared_ptr<const BindingPlan>> Executable::Impl::binding_plan(
+    const SymBindings& b) const {
   std::vector<int64_t> key;
   for (const std::string& s : symbols) {
     auto it = b.find(s);
@@ -488,7 +496,6 @@ StatusOr<std::shared_ptr<const BindingPlan>> Executable::Impl::binding_plan(cons
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
   }
-  if (fresh) *fresh = true;
   auto p = std::make_shared<BindingPlan>();
   p->bindings = b;
   p->shapes.resize(g->nodes.size());
@@ -1050,6 +1057,7 @@ Status Executable::Impl::run_bound(std::span<const TensorArg> inputs,
   st.peak_bytes = p->arena_bytes;
   st.bind_us = base::now_us() - t0;
   if (pc) {
+    st.prepared = true;
     const Status status = x.run_prepared(*pc, inputs, outputs, arena.get(), &st);
     x.give_arena(std::move(arena));
     if (stats) *stats = st;
