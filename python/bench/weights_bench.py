@@ -1,7 +1,7 @@
 """Model-sized weights: DVM's packed-weight cache against its capacity, and against eager.
 
     python python/bench/weights_bench.py [--sizes-gib 0.5 1.25] [--rows 1 16 128] [--rounds 5]
-                                         [--dtypes f32 bf16] [--models mlp llama]
+                                         [--dtypes f32 bf16] [--models mlp llama] [--out F]
 
 A stack of `x = x + Linear(F->H)(gelu(Linear(H->F)(x)))` blocks (H = 2048, F = 8192; f32 (128
 MiB of weights per block) or bf16 weights and activations (64 MiB)), or with --models llama a
@@ -204,6 +204,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--dtypes", nargs="+", default=["f32"], choices=sorted(DTYPES))
     ap.add_argument("--models", nargs="+", default=["mlp"], choices=["mlp", "llama"])
+    ap.add_argument("--out", default="bench_results/weights_bench.json",
+                    help="the JSON to write (perf_report.py reads the default one)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -239,7 +241,7 @@ def main():
         "capacity_bytes": capacity,
         "results": results,
     }
-    with open("bench_results/weights_bench.json", "w") as f:
+    with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
 
 
