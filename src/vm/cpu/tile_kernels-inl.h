@@ -562,7 +562,13 @@ HWY_INLINE VF ExpOfReduced(DF d, VF n, VF r, hn::Mask<DF> zero) {
   return VF{_mm512_maskz_scalef_ps(static_cast<__mmask16>(~zero.raw), er.raw, n.raw)};
 #else
   const hn::RebindToSigned<DF> di;
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  // There ConvertTo is a C++ cast, undefined for NaN (an input's NaN lane reaches n): such a
+  // lane scales by 2^0 and stays NaN through `er`, as the SIMD conversions' integer leaves it.
+  const auto ni = hn::ConvertTo(di, hn::IfThenZeroElse(hn::Or(zero, hn::IsNaN(n)), n));
+#else
   const auto ni = hn::ConvertTo(di, hn::IfThenZeroElse(zero, n));
+#endif
   const auto n1 = hn::ShiftRight<1>(ni);  // arithmetic: floor(n / 2)
   const auto bias = hn::Set(di, 127);
   const VF s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n1, bias)));
