@@ -1006,6 +1006,10 @@ PY = [
     ("weights_bench", "Model-sized weights: the packed-weight cache", section_weights,
      "python3 python/bench/weights_bench.py [--sizes-gib 0.5 1.25] [--rows 1 16 128] "
      "[--dtypes f32 bf16] [--models mlp llama]"),
+    ("weights_bench_4gib", "Model-sized weights at 4 GiB (4x the cache's default capacity)",
+     section_weights,
+     "python3 python/bench/weights_bench.py --sizes-gib 4 --rows 1 16 --dtypes f32 bf16 "
+     "--rounds 3 --out bench_results/weights_bench_4gib.json"),
     ("subgraph_bench", "torch.compile on memory-bound subgraphs: eager, DVM and Inductor",
      section_subgraph,
      "python3 python/bench/subgraph_bench.py [--rounds R] [--threads N] [--no-inductor]"),
