@@ -47,12 +47,8 @@ size_t hash_node(const SymNode& n) {
 }
 
 uint32_t count_tree_size(const SymNode& n) {
-  uint64_t size = 1;
-  for (const SymExpr& a : n.args) size += a.node().tree_size;
-  for (const SymTerm& t : n.terms) {
-    ++size;  // the coefficient
-    for (const SymExpr& f : t.factors) size += f.node().tree_size;
-  }
+  uint64_t size = 1 + monomial_size(n.args);
+  for (const SymTerm& t : n.terms) size += 1 + monomial_size(t.factors);  // 1: the coefficient
   return static_cast<uint32_t>(std::min<uint64_t>(size, UINT32_MAX));
 }
 
