@@ -127,6 +127,36 @@ TEST(Runtime, ThreadPoolRunsEveryPartOnce) {
   EXPECT_TRUE(launch_and_count(5));
 }
 
+// The same with more workers than this machine has cores (5 workers: parts dealt over up to 6
+// threads, some postings taken back by a caller that got there first, several callers
+// competing for the workers, parts beyond the threads, nested launches).
+TEST(Runtime, ThreadPoolWithManyWorkers) {
+  base::ThreadPool pool(5);
+  const auto launch_and_count = [&pool](int parts) {
+    std::vector<std::atomic<int>> runs(static_cast<size_t>(parts));
+    pool.run(parts, [&](int p) { runs[static_cast<size_t>(p)].fetch_add(1); });
+    for (int p = 0; p < parts; ++p) {
+      if (runs[static_cast<size_t>(p)].load() != 1) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(launch_and_count(1 + i % 13)) << "launch " << i;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) bad += !launch_and_count(2 + i % 9);
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  std::atomic<int> inner{0};
+  pool.run(4, [&](int) { pool.run(5, [&](int) { inner.fetch_add(1); }); });
+  EXPECT_EQ(inner.load(), 20);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(launch_and_count(9));
+}
+
 TEST(Runtime, ParamChangesWithoutReencoding) {
   KernelBuilder kb("scale");
   Value x = kb.load("x", DType::kF32, {kb.symbol("N")});
