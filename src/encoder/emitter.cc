@@ -670,6 +670,7 @@ void Emitter::grow_streaming_tile() {
     bigger.chunk = std::min(ax.extent, 2 * ax.chunk);
     if (axis == L_.col) bigger.chunk = std::min(ax.extent, round16(bigger.chunk));
     if (bigger.chunk == ax.chunk || bigger.trips() * other < L_.wanted_blocks()) return;
+    if (axis == L_.row && bigger.trips() < min_row_tiles(L_)) return;
     ax = bigger;
   }
 }

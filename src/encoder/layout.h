@@ -44,5 +44,8 @@ void fold_axes(const Stage& st, const std::vector<StrideSet>& sets, int ref, Lay
 void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partial,
                    const std::vector<StrideSet>& sets);
 int64_t round16(int64_t x);
+// Row tiles a grid needs at least so that each thread's blocks write one region of the output
+// (the threads when the tile's rows are the outermost axis, else 1).
+int64_t min_row_tiles(const Layout& L);
 
 }  // namespace dvm::enc

@@ -179,17 +179,26 @@ HWY_INLINE void MulAddPairShared(DF d, const MulAddArgs& x, const MulAddArgs& y,
   float *xd = x.dst + k * rx.od, *yd = y.dst + k * ry.od;
   const float *xa = x.a + k * rx.oa, *xp = x.p + k * rx.oc;
   const float *ya = y.a + k * ry.oa, *yp = y.p + k * ry.oc;
-  const bool nt_ok = g_stream_stores;
-  for (int64_t r = rx.rows; r > 0; --r) {
-    const bool ntx = StreamRow(d, nt_ok, xd), nty = StreamRow(d, nt_ok, yd);
-    for (int v = 0; v < kV; ++v)
-      StoreMaybeNt(fx(hn::LoadU(d, xa + v * N), xb[v], hn::LoadU(d, xp + v * N), xq[v]), d,
-                   xd + v * N, ntx);
-    for (int v = 0; v < kV; ++v)
-      StoreMaybeNt(fy(hn::LoadU(d, ya + v * N), yb[v], hn::LoadU(d, yp + v * N), yq[v]), d,
-                   yd + v * N, nty);
-    xd += rx.d, xa += rx.a, xp += rx.c;
-    yd += ry.d, ya += ry.a, yp += ry.c;
+  // Strides in locals: the stores through float pointers could alias the argument structs,
+  // which would reload every stride on every row.
+  const int64_t xsd = rx.d, xsa = rx.a, xsc = rx.c, ysd = ry.d, ysa = ry.a, ysc = ry.c;
+  const auto rows = [&](auto nt_on) DVM_INL {
+    for (int64_t r = rx.rows; r > 0; --r) {
+      const bool ntx = nt_on && StreamRow(d, true, xd), nty = nt_on && StreamRow(d, true, yd);
+      for (int v = 0; v < kV; ++v)
+        StoreMaybeNt(fx(hn::LoadU(d, xa + v * N), xb[v], hn::LoadU(d, xp + v * N), xq[v]), d,
+                     xd + v * N, ntx);
+      for (int v = 0; v < kV; ++v)
+        StoreMaybeNt(fy(hn::LoadU(d, ya + v * N), yb[v], hn::LoadU(d, yp + v * N), yq[v]), d,
+                     yd + v * N, nty);
+      xd += xsd, xa += xsa, xp += xsc;
+      yd += ysd, ya += ysa, yp += ysc;
+    }
+  };
+  if (g_stream_stores) {
+    rows(std::true_type{});
+  } else {
+    rows(std::false_type{});
   }
 }
 
