@@ -345,6 +345,40 @@ TEST(MatMul, ReductionsOfMatmulOutputs) {
   }
 }
 
+// A row reduction whose kept dim is broadcast over a product's columns reduces an axis of its
+// own, which a matmul stage cannot walk: it runs apart from the product. It shared the tile
+// once (found by fuzz_kernel): the grid walked its columns block by block, each block storing
+// the output with its partial argmin, so the result was whichever block wrote last.
+TEST(MatMul, RowReductionBroadcastOverProductIsNotItsTile) {
+  std::mt19937 rng(12);
+  for (bool arg : {true, false}) {
+    KernelBuilder kb("mm_bcast_reduce");
+    Dim S = kb.symbol("S");
+    Value x = kb.load("x", DType::kF32, {S, 38});
+    Value m = kb.load("m", DType::kF32, {S, 38});
+    Value r = arg ? kb.cast(kb.reduce(ReduceOp::kArgMin, m, {1}, true), DType::kF32)
+                  : kb.max(m, {1}, true);
+    kb.store("y", kb.add(kb.matmul(m, kb.permute(x, {1, 0})), r));
+    Kernel k = kb.build().value();
+    for (int64_t n : {1, 3, 40}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {n, 38}, rng),
+                                make_buffer(DType::kF32, {n, 38}, rng)};
+      expect_matches_reference(k, in, Tolerance{1e-4, 1e-4}, {},
+                               std::string(arg ? "argmin" : "max") + " rows " + std::to_string(n));
+      std::vector<TensorArg> args = {in[0].arg, in[1].arg};
+      std::vector<Buffer> outs;
+      for (int threads : {1, 2}) {
+        CompileOptions opts;
+        opts.num_threads = threads;
+        auto ck = CompiledKernel::create(k, opts).value();
+        outs.push_back(make_buffer(DType::kF32, {n, n}, rng));
+        ASSERT_TRUE(ck->run(args, {&outs.back().arg, 1}).is_ok());
+      }
+      EXPECT_EQ(outs[0].bytes, outs[1].bytes) << "rows " << n;
+    }
+  }
+}
+
 // Weights marked constant (TensorArg::version) are packed once into the weight cache and
 // shared by every tile and call; results must not change, whatever the shape, layout or dtype.
 TEST(MatMulWeightCache, ConstantWeightsMatchReference) {

@@ -33,6 +33,7 @@ class Encoder {
   Status operand_view(int node, View* v);
   void plan_matmuls();
   bool reduce_fits_matmul_tile(int node) const;
+  int64_t reduced_extent(int node) const;
   bool matmul_rows_few(int node) const;
   Status visit_split_reduce(int stage, int node, const NodeMap& map, int* inst);
   Status visit_reshape(int stage, int node, const NodeMap& map, int* inst);

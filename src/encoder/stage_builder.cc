@@ -410,6 +410,12 @@ bool Encoder::reduce_fits_matmul_tile(int node) const {
          in.d[in.rank - 1] <= kMaxMatmulRow;
 }
 
+// The extent of a reduction's last input dim (the one reduce_fits_matmul_tile accepts).
+int64_t Encoder::reduced_extent(int node) const {
+  const CShape& in = shape_of(b_, def_.nodes[node].inputs[0]);
+  return in.rank > 0 ? in.d[in.rank - 1] : 1;
+}
+
 // Does a matmul have so few rows for its contraction that a tile of whole output rows costs
 // more than it saves? Such tiles (a row reduction in the tile: linear + residual + LayerNorm)
 // can only be split among threads by rows, and then every thread reads all of B, where
@@ -601,9 +607,14 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
     return visit(stage, n.inputs[0], im, inst);
   }
   const Stage& ms = stages_[stage];
+  // The reduced dim must be the tile's columns themselves, not a size-1 dim broadcast over
+  // them: argmin(m, 1, keepdims) [3, 1] added to a [3, 3] product reduced 38 columns on a new
+  // axis, which a matmul stage's grid walked block by block (each block wrote the output with
+  // its own partial result; which one won depended on the threads).
   bool row_reduce = ms.has_matmul && reduce_fits_matmul_tile(node) &&
                     (!ms.has_reduce || ms.reduce_set == (1u << ms.mm_n)) &&
-                    def_.nodes[node].keepdims && map.e[map.rank - 1].axis == ms.mm_n;
+                    def_.nodes[node].keepdims && map.e[map.rank - 1].axis == ms.mm_n &&
+                    reduced_extent(node) == ms.axes[ms.mm_n].extent;
   if (ms.has_matmul && !row_reduce) {  // a matmul stage's tiles never loop: reduce elsewhere
     View ws;
     DVM_RETURN_IF_ERROR(materialize(node, &ws));
