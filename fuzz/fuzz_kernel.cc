@@ -6,10 +6,15 @@
 // Invariants: nothing crashes or touches memory outside its tensors; a kernel the builder
 // rejects is a Status error; the encoder's programs pass the verifier (an encoding that fails
 // verification is an Internal error, reported here as a violation); the VM at one and two
-// threads agrees bit for bit; the reference executor accepts whatever the VM ran.
+// threads agrees bit for bit; the reference executor accepts whatever the VM ran; and an
+// output whose every element is computed without rounding (Exact: small dyadic inputs through
+// adds, products, moves, compares, casts, sums and matmuls) equals the reference's.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,9 +51,172 @@ std::vector<dvm::ReduceOp> reduce_ops() {
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16,
                              DType::kI32, DType::kI64, DType::kBool};
 
+// What the builder knows of a value's elements without running it: whether every element is
+// computed without rounding (then the VM must match the reference exactly), and bounds that
+// keep it so. The inputs are multiples of 1/4 in [-2, 2] and integers in [0, 4); constants
+// are multiples of 1/16. An exact value is a multiple of 2^-frac with |v| <= mag, which
+// takes bits() significant bits; at most 24 keeps it exact in f32 (8 if it may be f16 or
+// bf16, `half`), and |v| < 2^24 keeps integer casts and integer math exact too. Division,
+// pow, means and transcendental functions round: their results are not exact. `may_inf`: an
+// empty max/min reduction's identity (+-inf), exact only through moves, compares and casts
+// to floats or bool.
+struct Exact {
+  bool exact = false;
+  double mag = 0;
+  int frac = 0;
+  bool half = false;
+  bool may_inf = false;
+  int64_t extent = 40;  // a bound on every dim of the value (reduction lengths)
+  double bits() const { return std::log2(std::max(mag, 1.0)) + frac + 1; }
+  bool fits() const { return exact && !may_inf && bits() <= (half ? 8 : 24) && mag < 16777216.0; }
+};
+
+Exact inexact(int64_t extent) {
+  Exact e;
+  e.extent = extent;
+  return e;
+}
+
+// The exactness of x + y (or x - y): magnitudes add, the finer fraction wins.
+Exact sum_of(const Exact& a, const Exact& b, double n = 1) {
+  Exact r = a;
+  r.exact = a.exact && b.exact && !a.may_inf && !b.may_inf;
+  r.mag = n * (a.mag + b.mag);
+  r.frac = std::max(a.frac, b.frac);
+  r.half = a.half || b.half;
+  r.may_inf = false;
+  r.extent = std::max(a.extent, b.extent);
+  r.exact = r.exact && r.fits();
+  return r;
+}
+
+Exact product_of(const Exact& a, const Exact& b, double n = 1) {
+  Exact r = sum_of(a, b);
+  r.exact = a.exact && b.exact && !a.may_inf && !b.may_inf;
+  r.mag = n * a.mag * b.mag;
+  r.frac = a.frac + b.frac;
+  r.exact = r.exact && r.fits();
+  return r;
+}
+
+// A value moved or chosen without arithmetic (select, compares, relu, max): no new rounding.
+Exact moved(const Exact& a, const Exact& b) {
+  Exact r = sum_of(a, b);
+  r.exact = a.exact && b.exact;
+  r.mag = std::max(a.mag, b.mag);
+  r.may_inf = a.may_inf || b.may_inf;
+  return r;
+}
+
+Exact unary_exactness(dvm::UnaryOp op, const Exact& a) {
+  using dvm::UnaryOp;
+  Exact r = a;
+  switch (op) {
+    case UnaryOp::kNeg:
+    case UnaryOp::kAbs:
+    case UnaryOp::kRelu:
+      return r;
+    case UnaryOp::kFloor:
+    case UnaryOp::kCeil:
+    case UnaryOp::kRound:
+    case UnaryOp::kTrunc:
+      r.mag += 1;
+      r.frac = 0;
+      r.exact = r.exact && !r.may_inf && r.fits();
+      return r;
+    case UnaryOp::kSign:
+    case UnaryOp::kIsFinite:
+    case UnaryOp::kIsNan:
+    case UnaryOp::kLogicalNot:
+      r.mag = 1;
+      r.frac = 0;
+      r.may_inf = false;
+      return r;
+    default:
+      return inexact(a.extent);
+  }
+}
+
+Exact binary_exactness(dvm::BinaryOp op, const Exact& a, const Exact& b) {
+  using dvm::BinaryOp;
+  switch (op) {
+    case BinaryOp::kAdd:
+    case BinaryOp::kSub:
+      return sum_of(a, b);
+    case BinaryOp::kMul:
+      return product_of(a, b);
+    case BinaryOp::kMaximum:
+    case BinaryOp::kMinimum:
+      return moved(a, b);
+    case BinaryOp::kEq:
+    case BinaryOp::kNe:
+    case BinaryOp::kLt:
+    case BinaryOp::kLe:
+    case BinaryOp::kGt:
+    case BinaryOp::kGe:
+    case BinaryOp::kLogicalAnd:
+    case BinaryOp::kLogicalOr: {
+      Exact r = moved(a, b);
+      r.mag = 1;
+      r.frac = 0;
+      r.may_inf = false;
+      return r;
+    }
+    default:  // div, pow, floordiv, remainder round (or divide by zero)
+      return inexact(std::max(a.extent, b.extent));
+  }
+}
+
+// A cast to `to`: exact when the value fits the target (half floats: 8 bits, conservatively
+// bf16's), integers truncate exactly below 2^24 (never an infinity), bool is nonzero.
+Exact cast_exactness(const Exact& a, DType to) {
+  Exact r = a;
+  if (to == DType::kBool) {
+    r.mag = 1;
+    r.frac = 0;
+    r.may_inf = false;
+  } else if (to == DType::kI32 || to == DType::kI64) {
+    r.exact = a.exact && !a.may_inf;
+    r.frac = 0;
+  } else if (to == DType::kF16 || to == DType::kBF16) {
+    r.half = true;
+    r.exact = a.exact && (a.may_inf || (a.bits() <= 8 && a.mag < 16777216.0));
+  }
+  return r;
+}
+
+Exact reduce_exactness(dvm::ReduceOp op, const Exact& a) {
+  using dvm::ReduceOp;
+  const double n = static_cast<double>(a.extent);
+  Exact r = a;
+  switch (op) {
+    case ReduceOp::kSum: {
+      Exact zero;
+      zero.exact = true;
+      return sum_of(a, zero, n);
+    }
+    case ReduceOp::kMax:
+    case ReduceOp::kMin:
+      r.may_inf = true;  // an empty axis gives the identity
+      return r;
+    case ReduceOp::kArgMax:
+    case ReduceOp::kArgMin:
+      r.exact = a.exact;  // an index; an empty axis is an error
+      r.mag = n;
+      r.frac = 0;
+      r.half = false;
+      r.may_inf = false;
+      return r;
+    default:  // mean divides, prod's fraction grows past any format
+      return inexact(a.extent);
+  }
+}
+
 // Builds the kernel the input describes; `out_dtypes` receives its outputs' dtypes (each output
-// is stored as a dtype the input chooses, converting).
-dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes) {
+// is stored as a dtype the input chooses, converting) and `out_exact` whether each output is
+// computed without rounding (see Exact).
+dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
+                                 std::vector<bool>* out_exact) {
   static const std::vector<dvm::UnaryOp> kUnary = unary_ops();
   static const std::vector<dvm::BinaryOp> kBinary = binary_ops();
   static const std::vector<dvm::ReduceOp> kReduce = reduce_ops();
@@ -56,68 +224,118 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes) {
   const dvm::Dim s = kb.symbol("S"), h = kb.symbol("H");
   std::vector<Value> pool = {kb.load("x", DType::kF32, {s, h}), kb.load("b", DType::kF32, {h}),
                              kb.load("i", DType::kI32, {s, h}), kb.load("m", DType::kBool, {s, h})};
+  std::map<int, Exact> ex;  // by Value::id
+  for (const Value& v : pool) ex[v.id] = Exact{true, 2, 2, false, false, 40};
   auto pick = [&] { return pool[in.next() % pool.size()]; };
+  // The input's choices, read in the same order as before this bookkeeping (arguments of one
+  // call are evaluated in whatever order the compiler picks, so the calls stay as they were).
+  dvm::UnaryOp uop{};
+  dvm::BinaryOp bop{};
+  dvm::ReduceOp rop{};
+  DType cast_to{};
+  const auto next_unary = [&] { return uop = kUnary[in.next() % kUnary.size()]; };
+  const auto next_binary = [&] { return bop = kBinary[in.next() % kBinary.size()]; };
+  const auto next_reduce = [&] { return rop = kReduce[in.next() % kReduce.size()]; };
+  const auto next_dtype = [&] { return cast_to = kDTypes[in.next() % 6]; };
+  const auto info = [&](const Value& v) {
+    auto it = ex.find(v.id);
+    return it == ex.end() ? Exact{} : it->second;
+  };
   for (int n = 0; n < 48 && !in.done(); ++n) {
     const uint8_t op = in.next() % 12;
+    Exact e;
+    Value v;
     switch (op) {
-      case 0:
-        pool.push_back(kb.unary(kUnary[in.next() % kUnary.size()], pick()));
+      case 0: {
+        Value a;
+        v = kb.unary(next_unary(), a = pick());
+        e = unary_exactness(uop, info(a));
         break;
+      }
       case 1:
       case 2: {
         const Value a = pick();
-        pool.push_back(kb.binary(kBinary[in.next() % kBinary.size()], a, pick()));
+        Value b;
+        v = kb.binary(next_binary(), a, b = pick());
+        e = binary_exactness(bop, info(a), info(b));
         break;
       }
       case 3: {
         const Value a = pick();
         const double c = static_cast<double>(static_cast<int>(in.next()) - 128) / 16.0;
-        pool.push_back(kb.binary(kBinary[in.next() % kBinary.size()], a, c));
+        v = kb.binary(next_binary(), a, c);
+        Exact ce{true, std::abs(c), 4, false, false, 1};
+        e = binary_exactness(bop, info(a), ce);
         break;
       }
       case 4: {
         const Value c = pick(), a = pick();
-        pool.push_back(kb.select(c, a, pick()));
+        Value b;
+        v = kb.select(c, a, b = pick());
+        e = moved(info(a), info(b));
+        e.exact = e.exact && info(c).exact;
         break;
       }
-      case 5:
-        pool.push_back(kb.cast(pick(), kDTypes[in.next() % 6]));
+      case 5: {
+        Value a;
+        v = kb.cast(a = pick(), next_dtype());
+        e = cast_exactness(info(a), cast_to);
         break;
+      }
       case 6: {
         const Value a = pick();
         const int axis = in.next() % 3 - 1;  // -1, 0, 1 (and rank-0 values reject them)
-        pool.push_back(kb.reduce(kReduce[in.next() % kReduce.size()], a, {axis}, in.next() & 1));
+        v = kb.reduce(next_reduce(), a, {axis}, in.next() & 1);
+        e = reduce_exactness(rop, info(a));
         break;
       }
-      case 7:
-        pool.push_back(kb.transpose(pick(), 0, 1));
+      case 7: {
+        const Value a = pick();
+        v = kb.transpose(a, 0, 1);
+        e = info(a);
         break;
-      case 8:
-        pool.push_back(kb.broadcast(pick(), {s, h}));
+      }
+      case 8: {
+        const Value a = pick();
+        v = kb.broadcast(a, {s, h});
+        e = info(a);
+        e.extent = std::max<int64_t>(e.extent, 40);
         break;
+      }
       case 9: {
         const Value a = pick();
         const int64_t start = in.next() % 4, stop = start + in.next() % 6;
-        pool.push_back(kb.slice(a, in.next() & 1, start, stop, 1 + in.next() % 2));
+        v = kb.slice(a, in.next() & 1, start, stop, 1 + in.next() % 2);
+        e = info(a);
         break;
       }
       case 10: {
         const Value a = pick();
-        pool.push_back(kb.concat({a, pick()}, in.next() & 1));
+        Value b;
+        v = kb.concat({a, b = pick()}, in.next() & 1);
+        e = moved(info(a), info(b));
+        e.extent = info(a).extent + info(b).extent;
         break;
       }
       default: {
         const Value a = pick();
-        pool.push_back(kb.matmul(a, pick(), in.next() & 1, in.next() & 1));
+        Value b;
+        v = kb.matmul(a, b = pick(), in.next() & 1, in.next() & 1);
+        const Exact ea = info(a), eb = info(b);
+        e = product_of(ea, eb, static_cast<double>(std::max(ea.extent, eb.extent)));
         break;
       }
     }
+    pool.push_back(v);
+    if (v.valid()) ex[v.id] = e;
   }
   out_dtypes->push_back(kDTypes[in.next() % 6]);
   kb.store("y", pool.back(), out_dtypes->back());
+  out_exact->push_back(cast_exactness(info(pool.back()), out_dtypes->back()).exact);
   if (pool.size() > 5 && (in.next() & 1)) {
     out_dtypes->push_back(kDTypes[in.next() % 6]);
     kb.store("z", pool[pool.size() - 2], out_dtypes->back());
+    out_exact->push_back(cast_exactness(info(pool[pool.size() - 2]), out_dtypes->back()).exact);
   }
   return kb.build();
 }
@@ -146,6 +364,19 @@ bool run(bool* by_zero, const dvm::CompiledKernel* ck, const dvm::Kernel& k,
   return st.is_ok();
 }
 
+// Element by element: floats by value (-0 equals +0: the sign of a zero is no rounding
+// matter), NaN equal to NaN; integers and bools bit for bit.
+bool same_values(const Buffer& a, const Buffer& b) {
+  if (a.bytes.size() != b.bytes.size()) return false;
+  if (a.dtype != DType::kF32 && a.dtype != DType::kF16 && a.dtype != DType::kBF16)
+    return a.bytes == b.bytes;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.value(i), y = b.value(i);
+    if (!(x == y || (std::isnan(x) && std::isnan(y)))) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -153,7 +384,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Reader in{data, size};
   const int64_t s = in.next() % 7, h = 1 + in.next() % 40;  // S may be 0 (empty tensors)
   std::vector<DType> dtypes;
-  auto kernel = build(in, &dtypes);
+  std::vector<bool> exact;
+  auto kernel = build(in, &dtypes, &exact);
   if (!kernel.is_ok()) return 0;
   auto [ck1, ck2] = dvm::fuzz::compile_on_one_and_two_threads([&](int threads) {
     dvm::CompileOptions o;
@@ -176,11 +408,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool ok1 = run(&by_zero, ck1->get(), *kernel, dtypes, inputs, *shapes, &out1);
   const bool ok2 = run(&by_zero, ck2->get(), *kernel, dtypes, inputs, *shapes, &out2);
   if (ok1 != ok2) dvm::fuzz::fail("runs on one thread count only");
-  if (ok1 && !run(&by_zero, nullptr, *kernel, dtypes, inputs, *shapes, &ref) && !by_zero) {
-    dvm::fuzz::fail("the reference rejects what the VM ran");
-  }
+  const bool ref_ok = ok1 && run(&by_zero, nullptr, *kernel, dtypes, inputs, *shapes, &ref);
+  if (ok1 && !ref_ok && !by_zero) dvm::fuzz::fail("the reference rejects what the VM ran");
   for (size_t k = 0; ok1 && k < out1.size(); ++k) {
     if (out1[k].bytes != out2[k].bytes) dvm::fuzz::fail("one and two threads differ");
+    if (ref_ok && exact[k] && !same_values(out1[k], ref[k])) {
+      if (std::getenv("DVM_FUZZ_VERBOSE") != nullptr) {
+        std::fprintf(stderr, "output %zu differs from the reference (S %lld, H %lld)\n%s\n", k,
+                     static_cast<long long>(s), static_cast<long long>(h),
+                     kernel->to_string().c_str());
+        std::vector<dvm::TensorArg> ia, oa;
+        for (Buffer& b : inputs) ia.push_back(b.arg());
+        for (Buffer& b : out1) oa.push_back(b.arg());
+        if (auto d = (*ck1)->disassemble(ia, oa); d.is_ok()) std::fprintf(stderr, "%s", d->c_str());
+        for (int64_t i = 0; i < out1[k].numel() && i < 64; ++i)
+          std::fprintf(stderr, "  [%lld] vm %g reference %g\n", static_cast<long long>(i),
+                       out1[k].value(i), ref[k].value(i));
+      }
+      dvm::fuzz::fail("an output computed without rounding differs from the reference");
+    }
   }
   return 0;
 }

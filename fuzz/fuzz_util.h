@@ -1,6 +1,7 @@
 // Helpers shared by the fuzz targets: host buffers for tensors and the failure report.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +61,47 @@ struct Buffer {
     return n;
   }
   TensorArg arg() { return TensorArg::contiguous(bytes.data(), dtype, shape); }
+
+  // Element i as a double (f16 and bf16 decoded, bool 0 or 1).
+  double value(int64_t i) const {
+    const unsigned char* p = bytes.data() + i * dtype_size(dtype);
+    switch (dtype) {
+      case DType::kF32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        const uint32_t w = static_cast<uint32_t>(h) << 16;
+        float v;
+        std::memcpy(&v, &w, 4);
+        return v;
+      }
+      case DType::kF16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        const int e = h >> 10 & 0x1F, m = h & 0x3FF;
+        const double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
+        if (e == 0x1F) return m != 0 ? std::nan("") : sign * HUGE_VAL;
+        return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+      }
+      case DType::kI32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DType::kI64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        return static_cast<double>(v);
+      }
+      case DType::kBool:
+        return *p != 0 ? 1.0 : 0.0;
+    }
+    return 0;
+  }
 
   // Deterministic contents that every op accepts often: small floats, and integers in
   // [0, 4) (valid indices for most gathers; some out of range ones are errors to report).

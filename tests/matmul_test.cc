@@ -379,6 +379,32 @@ TEST(MatMul, RowReductionBroadcastOverProductIsNotItsTile) {
   }
 }
 
+// A product whose columns are an extent-1 dim broadcast over the tile (x @ w with w [K, 1],
+// added to [S, H] and summed over H) is computed apart: taken as the tile's N, an empty H
+// made an empty grid and the sum's output was never written (found by fuzz_kernel's
+// exact-output check).
+TEST(MatMul, ProductBroadcastOverTheTileIsComputedApart) {
+  std::mt19937 rng(13);
+  KernelBuilder kb("mm_bcast_cols");
+  Dim S = kb.symbol("S"), H = kb.symbol("H");
+  Value a = kb.load("a", DType::kF32, {S, 8});
+  Value w = kb.load("w", DType::kF32, {8, 1});
+  Value x = kb.load("x", DType::kF32, {S, H});
+  Value p = kb.broadcast(kb.matmul(a, w), {S, H});
+  kb.store("y", kb.sum(kb.add(p, x), {1}));
+  kb.store("z", kb.sum(kb.mul(p, x), {1}, true));
+  Kernel k = kb.build().value();
+  for (int64_t h : {0, 1, 5, 40}) {
+    for (int64_t n : {1, 6}) {
+      std::vector<Buffer> in = {make_buffer(DType::kF32, {n, 8}, rng),
+                                make_buffer(DType::kF32, {8, 1}, rng),
+                                make_buffer(DType::kF32, {n, h}, rng)};
+      expect_matches_reference(k, in, Tolerance{1e-4, 1e-4}, {},
+                               "H " + std::to_string(h) + " S " + std::to_string(n));
+    }
+  }
+}
+
 // Weights marked constant (TensorArg::version) are packed once into the weight cache and
 // shared by every tile and call; results must not change, whatever the shape, layout or dtype.
 TEST(MatMulWeightCache, ConstantWeightsMatchReference) {

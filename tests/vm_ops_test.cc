@@ -1962,6 +1962,29 @@ TEST(VmLarge, BinaryBroadcastF16StridedOut) {
         {.tol = Tol::kArith, .outs = {Out::kStrided}});
 }
 
+// A reduction nested in another over axes of equal extent keeps an axis of its own for its
+// reduced dim: sum(argmin(x, 1), 0) on a square x once walked x's diagonal (the inner
+// argmin shared the outer sum's axis; found by fuzz_kernel's exact-output check).
+TEST(VmStages, NestedReductionsOfEqualExtentsKeepTheirAxes) {
+  std::mt19937 rng(31);
+  for (ReduceOp inner : {ReduceOp::kArgMin, ReduceOp::kArgMax, ReduceOp::kMax, ReduceOp::kSum}) {
+    for (int outer_axis : {0, 1}) {
+      KernelBuilder kb("nested");
+      Dim S = kb.symbol("S");
+      Value x = kb.load("x", DType::kF32, {S, S});
+      Value r = kb.cast(kb.reduce(inner, x, {1 - outer_axis}), DType::kF32);
+      kb.store("y", kb.sum(r, {0}));
+      kb.store("z", kb.sum(kb.cast(kb.reduce(inner, x, {outer_axis}, true), DType::kF32), {0}));
+      Kernel k = kb.build().value();
+      for (int64_t n : {1, 3, 17, 64}) {
+        expect_matches_reference(k, {make_buffer(DType::kF32, {n, n}, rng)}, Tolerance{1e-4, 1e-5},
+                                 {},
+                                 std::string(reduce_op_name(inner)) + " n " + std::to_string(n));
+      }
+    }
+  }
+}
+
 TEST(VmLarge, Reductions) {
   KernelBuilder kb("large_reduce");
   Dim S = kb.symbol("S"), H = kb.symbol("H");

@@ -634,6 +634,17 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
   NodeMap im;
   im.rank = in.rank;
   uint32_t reduced = 0;
+  // The axes this reduction's kept dims walk: a reduced dim never shares one of them. An
+  // argmin over a row feeding a sum over the rows (both of extent 3) took the sum's axis for
+  // its own columns, and walked the input's diagonal.
+  uint32_t kept_axes = 0;
+  for (int i = 0, j = 0; i < in.rank; ++i) {
+    const bool red = std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end();
+    if (!red || n.keepdims) {
+      if (!red && map.e[j].axis >= 0) kept_axes |= 1u << map.e[j].axis;
+      ++j;
+    }
+  }
   int k = 0;
   for (int i = 0; i < in.rank; ++i) {
     bool red = std::find(n.attr.begin(), n.attr.end(), i) != n.attr.end();
@@ -650,7 +661,7 @@ Status Encoder::visit_reduce(int stage, int node, const NodeMap& map, int* inst)
     // the stage (one pass each over the same loop) instead of one being stored and reloaded.
     for (size_t a = 0; axis < 0 && a < st.axes.size() && !st.partial; ++a) {
       if (st.axes[a].reduced && st.axes[a].extent == in.d[i] && (st.reduce_set >> a & 1) &&
-          !(reduced >> a & 1))
+          !(reduced >> a & 1) && !(kept_axes >> a & 1))
         axis = static_cast<int>(a);
     }
     if (axis < 0 || (reduced >> axis & 1)) axis = new_axis(stage, in.d[i]);
@@ -714,9 +725,14 @@ Status Encoder::visit_matmul(int stage, int node, const NodeMap& map, int* inst)
   // en.axis is -1 where the output's columns map to no axis (a broadcast extent-1 dim).
   bool reduce_ok = !st.has_reduce || (en.axis >= 0 && st.reduce_set == (1u << en.axis) &&
                                       out.d[r - 1] <= kMaxMatmulRow);
-  bool fits = !alone && reduce_ok && plain_entry(em, out.d[r - 2]) &&
-              plain_entry(en, out.d[r - 1]) && em.axis != en.axis &&
-              (!st.has_matmul || (st.mm_m == em.axis && st.mm_n == en.axis));
+  // M and N must be the tile's axes themselves, not extent-1 dims broadcast over them: a
+  // [1, 1] product broadcast over an empty reduced axis made that axis the GEMM's N (extent
+  // 0), an empty grid, and the reduction's output was never written.
+  const auto own_axis = [&](const MapEntry& e, int64_t extent) {
+    return plain_entry(e, extent) && st.axes[e.axis].extent == extent;
+  };
+  bool fits = !alone && reduce_ok && own_axis(em, out.d[r - 2]) && own_axis(en, out.d[r - 1]) &&
+              em.axis != en.axis && (!st.has_matmul || (st.mm_m == em.axis && st.mm_n == en.axis));
   for (int i = 0; i < r - 2; ++i) fits &= map.e[i].start == 0 && map.e[i].step >= 0;
   if (!fits) {  // not the stage's tile (or the stage reduces): compute it in its own stage
     View ws;
