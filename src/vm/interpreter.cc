@@ -852,24 +852,29 @@ void BlockRunner::run_chain_impl(int32_t pc, const ChainOps& ops, int64_t first,
             const ChainOperand& b = o[hp.swap ? 1 : 2];
             const ChainOperand& c = o[3];
             const ChainOperand& dst = hp.store >= 0 ? ops[hp.store][0] : o[0];
-            cpu::HalfMapArgs m;
-            m.kind = kind;
-            m.op = kind == 0   ? static_cast<int>(bc::unary_of(in.op))
-                   : kind == 1 ? static_cast<int>(bc::binary_of(in.op))
-                               : 0;
-            m.a_type = hp.load >= 0 ? p_.descs[body[hp.load].a.index].dtype : DType::kF32;
-            m.d_type = hp.store >= 0 ? p_.descs[body[hp.store].d.index].dtype : DType::kF32;
-            m.rows = cpu::Rows{nb, rs(dst), rs(a), kind >= 1 ? rs(b) : 0, kind == 2 ? rs(c) : 0};
-            m.rows.outer = nt;
-            m.rows.od = os(dst);
-            m.rows.oa = os(a);
-            m.rows.ob = kind >= 1 ? os(b) : 0;
-            m.rows.oc = kind == 2 ? os(c) : 0;
-            m.dst = at(dst);
-            m.a = at(a);
-            if (kind >= 1) m.b = at(b), m.binc = inc(b);
-            if (kind == 2) m.c = at(c), m.cinc = inc(c);
-            m.n = n;
+            // Every field given at once: assigned one by one after a default construction, the
+            // struct was first zeroed with a rep stos (144 bytes) on every kernel call.
+            cpu::Rows rows{nb, rs(dst), rs(a), kind >= 1 ? rs(b) : 0, kind == 2 ? rs(c) : 0};
+            rows.outer = nt;
+            rows.od = os(dst);
+            rows.oa = os(a);
+            rows.ob = kind >= 1 ? os(b) : 0;
+            rows.oc = kind == 2 ? os(c) : 0;
+            const cpu::HalfMapArgs m{
+                .kind = kind,
+                .op = kind == 0   ? static_cast<int>(bc::unary_of(in.op))
+                      : kind == 1 ? static_cast<int>(bc::binary_of(in.op))
+                                  : 0,
+                .a_type = hp.load >= 0 ? p_.descs[body[hp.load].a.index].dtype : DType::kF32,
+                .d_type = hp.store >= 0 ? p_.descs[body[hp.store].d.index].dtype : DType::kF32,
+                .rows = rows,
+                .dst = at(dst),
+                .a = at(a),
+                .b = kind >= 1 ? at(b) : nullptr,
+                .c = kind == 2 ? at(c) : nullptr,
+                .binc = kind >= 1 ? inc(b) : 0,
+                .cinc = kind == 2 ? inc(c) : 0,
+                .n = n};
             const bool ran = cpu::half_map_f32_rows(m);  // plan_half admits only its forms
             assert(ran);
             (void)ran;
