@@ -225,7 +225,11 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
   std::vector<Value> pool = {kb.load("x", DType::kF32, {s, h}), kb.load("b", DType::kF32, {h}),
                              kb.load("i", DType::kI32, {s, h}), kb.load("m", DType::kBool, {s, h})};
   std::map<int, Exact> ex;  // by Value::id
-  for (const Value& v : pool) ex[v.id] = Exact{true, 2, 2, false, false, 40};
+  // x and b: multiples of 1/4 in [-2, 2]; i: integers in [0, 4); m: 0 or 1 (Buffer::filled).
+  const double input_mag[] = {2, 2, 3, 1};
+  const int input_frac[] = {2, 2, 0, 0};
+  for (size_t i = 0; i < pool.size(); ++i)
+    ex[pool[i].id] = Exact{true, input_mag[i], input_frac[i], false, false, 40};
   auto pick = [&] { return pool[in.next() % pool.size()]; };
   // The input's choices, read in the same order as before this bookkeeping (arguments of one
   // call are evaluated in whatever order the compiler picks, so the calls stay as they were).
