@@ -231,16 +231,18 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
   for (size_t i = 0; i < pool.size(); ++i)
     ex[pool[i].id] = Exact{true, input_mag[i], input_frac[i], false, false, 40};
   auto pick = [&] { return pool[in.next() % pool.size()]; };
-  // The input's choices, read in the same order as before this bookkeeping (arguments of one
-  // call are evaluated in whatever order the compiler picks, so the calls stay as they were).
+  // The input's bytes are read in one order, left to right as the calls list them (clang's
+  // order for arguments, in which the corpus was found): read inside one call's arguments,
+  // GCC's order gave the same bytes another meaning, and ctest's replay of the corpus (GCC)
+  // ran other kernels than the ones the fuzzer had kept.
   dvm::UnaryOp uop{};
   dvm::BinaryOp bop{};
   dvm::ReduceOp rop{};
   DType cast_to{};
-  const auto next_unary = [&] { return uop = kUnary[in.next() % kUnary.size()]; };
-  const auto next_binary = [&] { return bop = kBinary[in.next() % kBinary.size()]; };
-  const auto next_reduce = [&] { return rop = kReduce[in.next() % kReduce.size()]; };
-  const auto next_dtype = [&] { return cast_to = kDTypes[in.next() % 6]; };
+  const auto next_unary = [&] { uop = kUnary[in.next() % kUnary.size()]; };
+  const auto next_binary = [&] { bop = kBinary[in.next() % kBinary.size()]; };
+  const auto next_reduce = [&] { rop = kReduce[in.next() % kReduce.size()]; };
+  const auto next_dtype = [&] { cast_to = kDTypes[in.next() % 6]; };
   const auto info = [&](const Value& v) {
     auto it = ex.find(v.id);
     return it == ex.end() ? Exact{} : it->second;
@@ -251,23 +253,26 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
     Value v;
     switch (op) {
       case 0: {
-        Value a;
-        v = kb.unary(next_unary(), a = pick());
+        next_unary();
+        const Value a = pick();
+        v = kb.unary(uop, a);
         e = unary_exactness(uop, info(a));
         break;
       }
       case 1:
       case 2: {
         const Value a = pick();
-        Value b;
-        v = kb.binary(next_binary(), a, b = pick());
+        next_binary();
+        const Value b = pick();
+        v = kb.binary(bop, a, b);
         e = binary_exactness(bop, info(a), info(b));
         break;
       }
       case 3: {
         const Value a = pick();
         const double c = static_cast<double>(static_cast<int>(in.next()) - 128) / 16.0;
-        v = kb.binary(next_binary(), a, c);
+        next_binary();
+        v = kb.binary(bop, a, c);
         Exact ce{true, std::abs(c), 4, false, false, 1};
         e = binary_exactness(bop, info(a), ce);
         break;
@@ -281,15 +286,18 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
         break;
       }
       case 5: {
-        Value a;
-        v = kb.cast(a = pick(), next_dtype());
+        const Value a = pick();
+        next_dtype();
+        v = kb.cast(a, cast_to);
         e = cast_exactness(info(a), cast_to);
         break;
       }
       case 6: {
         const Value a = pick();
         const int axis = in.next() % 3 - 1;  // -1, 0, 1 (and rank-0 values reject them)
-        v = kb.reduce(next_reduce(), a, {axis}, in.next() & 1);
+        next_reduce();
+        const bool keepdims = in.next() & 1;
+        v = kb.reduce(rop, a, {axis}, keepdims);
         e = reduce_exactness(rop, info(a));
         break;
       }
@@ -309,22 +317,27 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
       case 9: {
         const Value a = pick();
         const int64_t start = in.next() % 4, stop = start + in.next() % 6;
-        v = kb.slice(a, in.next() & 1, start, stop, 1 + in.next() % 2);
+        const int axis = in.next() & 1;
+        const int64_t step = 1 + in.next() % 2;
+        v = kb.slice(a, axis, start, stop, step);
         e = info(a);
         break;
       }
       case 10: {
         const Value a = pick();
-        Value b;
-        v = kb.concat({a, b = pick()}, in.next() & 1);
+        const Value b = pick();
+        const int axis = in.next() & 1;
+        v = kb.concat({a, b}, axis);
         e = moved(info(a), info(b));
         e.extent = info(a).extent + info(b).extent;
         break;
       }
       default: {
         const Value a = pick();
-        Value b;
-        v = kb.matmul(a, b = pick(), in.next() & 1, in.next() & 1);
+        const Value b = pick();
+        const bool ta = in.next() & 1;
+        const bool tb = in.next() & 1;
+        v = kb.matmul(a, b, ta, tb);
         const Exact ea = info(a), eb = info(b);
         e = product_of(ea, eb, static_cast<double>(std::max(ea.extent, eb.extent)));
         break;
