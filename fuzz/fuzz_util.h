@@ -1,7 +1,6 @@
 // Helpers shared by the fuzz targets: host buffers for tensors and the failure report.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include "dvm/dtype.h"
 #include "dvm/runtime.h"
+#include "ops/scalar_ops.h"
 
 namespace dvm::fuzz {
 
@@ -64,43 +64,7 @@ struct Buffer {
 
   // Element i as a double (f16 and bf16 decoded, bool 0 or 1).
   double value(int64_t i) const {
-    const unsigned char* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::kF32: {
-        float v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DType::kBF16: {
-        uint16_t h;
-        std::memcpy(&h, p, 2);
-        const uint32_t w = static_cast<uint32_t>(h) << 16;
-        float v;
-        std::memcpy(&v, &w, 4);
-        return v;
-      }
-      case DType::kF16: {
-        uint16_t h;
-        std::memcpy(&h, p, 2);
-        const int e = h >> 10 & 0x1F, m = h & 0x3FF;
-        const double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
-        if (e == 0x1F) return m != 0 ? std::nan("") : sign * HUGE_VAL;
-        return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
-      }
-      case DType::kI32: {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DType::kI64: {
-        int64_t v;
-        std::memcpy(&v, p, 8);
-        return static_cast<double>(v);
-      }
-      case DType::kBool:
-        return *p != 0 ? 1.0 : 0.0;
-    }
-    return 0;
+    return ops::load_element(bytes.data() + i * dtype_size(dtype), dtype);
   }
 
   // Deterministic contents that every op accepts often: small floats, and integers in
