@@ -57,18 +57,16 @@ constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16,
 // are multiples of 1/16. An exact value is a multiple of 2^-frac with |v| <= mag, which
 // takes bits() significant bits; at most 24 keeps it exact in f32 (8 if it may be f16 or
 // bf16, `half`), and |v| < 2^24 keeps integer casts and integer math exact too. Division,
-// pow, means and transcendental functions round: their results are not exact. `may_inf`: an
-// empty max/min reduction's identity (+-inf), exact only through moves, compares and casts
-// to floats or bool.
+// pow, means and transcendental functions round: their results are not exact. (No value is
+// ever infinite: max and min over an empty axis are errors, as in torch.)
 struct Exact {
   bool exact = false;
   double mag = 0;
   int frac = 0;
   bool half = false;
-  bool may_inf = false;
   int64_t extent = 40;  // a bound on every dim of the value (reduction lengths)
   double bits() const { return std::log2(std::max(mag, 1.0)) + frac + 1; }
-  bool fits() const { return exact && !may_inf && bits() <= (half ? 8 : 24) && mag < 16777216.0; }
+  bool fits() const { return exact && bits() <= (half ? 8 : 24) && mag < 16777216.0; }
 };
 
 Exact inexact(int64_t extent) {
@@ -80,11 +78,10 @@ Exact inexact(int64_t extent) {
 // The exactness of x + y (or x - y): magnitudes add, the finer fraction wins.
 Exact sum_of(const Exact& a, const Exact& b, double n = 1) {
   Exact r = a;
-  r.exact = a.exact && b.exact && !a.may_inf && !b.may_inf;
+  r.exact = a.exact && b.exact;
   r.mag = n * (a.mag + b.mag);
   r.frac = std::max(a.frac, b.frac);
   r.half = a.half || b.half;
-  r.may_inf = false;
   r.extent = std::max(a.extent, b.extent);
   r.exact = r.exact && r.fits();
   return r;
@@ -92,7 +89,7 @@ Exact sum_of(const Exact& a, const Exact& b, double n = 1) {
 
 Exact product_of(const Exact& a, const Exact& b, double n = 1) {
   Exact r = sum_of(a, b);
-  r.exact = a.exact && b.exact && !a.may_inf && !b.may_inf;
+  r.exact = a.exact && b.exact;
   r.mag = n * a.mag * b.mag;
   r.frac = a.frac + b.frac;
   r.exact = r.exact && r.fits();
@@ -104,7 +101,6 @@ Exact moved(const Exact& a, const Exact& b) {
   Exact r = sum_of(a, b);
   r.exact = a.exact && b.exact;
   r.mag = std::max(a.mag, b.mag);
-  r.may_inf = a.may_inf || b.may_inf;
   return r;
 }
 
@@ -122,7 +118,7 @@ Exact unary_exactness(dvm::UnaryOp op, const Exact& a) {
     case UnaryOp::kTrunc:
       r.mag += 1;
       r.frac = 0;
-      r.exact = r.exact && !r.may_inf && r.fits();
+      r.exact = r.exact && r.fits();
       return r;
     case UnaryOp::kSign:
     case UnaryOp::kIsFinite:
@@ -130,7 +126,6 @@ Exact unary_exactness(dvm::UnaryOp op, const Exact& a) {
     case UnaryOp::kLogicalNot:
       r.mag = 1;
       r.frac = 0;
-      r.may_inf = false;
       return r;
     default:
       return inexact(a.extent);
@@ -159,7 +154,6 @@ Exact binary_exactness(dvm::BinaryOp op, const Exact& a, const Exact& b) {
       Exact r = moved(a, b);
       r.mag = 1;
       r.frac = 0;
-      r.may_inf = false;
       return r;
     }
     default:  // div, pow, floordiv, remainder round (or divide by zero)
@@ -168,19 +162,17 @@ Exact binary_exactness(dvm::BinaryOp op, const Exact& a, const Exact& b) {
 }
 
 // A cast to `to`: exact when the value fits the target (half floats: 8 bits, conservatively
-// bf16's), integers truncate exactly below 2^24 (never an infinity), bool is nonzero.
+// bf16's), integers truncate exactly below 2^24, bool is nonzero.
 Exact cast_exactness(const Exact& a, DType to) {
   Exact r = a;
   if (to == DType::kBool) {
     r.mag = 1;
     r.frac = 0;
-    r.may_inf = false;
   } else if (to == DType::kI32 || to == DType::kI64) {
-    r.exact = a.exact && !a.may_inf;
     r.frac = 0;
   } else if (to == DType::kF16 || to == DType::kBF16) {
     r.half = true;
-    r.exact = a.exact && (a.may_inf || (a.bits() <= 8 && a.mag < 16777216.0));
+    r.exact = a.exact && a.bits() <= 8 && a.mag < 16777216.0;
   }
   return r;
 }
@@ -197,7 +189,6 @@ Exact reduce_exactness(dvm::ReduceOp op, const Exact& a) {
     }
     case ReduceOp::kMax:
     case ReduceOp::kMin:
-      r.may_inf = true;  // an empty axis gives the identity
       return r;
     case ReduceOp::kArgMax:
     case ReduceOp::kArgMin:
@@ -205,7 +196,6 @@ Exact reduce_exactness(dvm::ReduceOp op, const Exact& a) {
       r.mag = n;
       r.frac = 0;
       r.half = false;
-      r.may_inf = false;
       return r;
     default:  // mean divides, prod's fraction grows past any format
       return inexact(a.extent);
@@ -229,7 +219,7 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
   const double input_mag[] = {2, 2, 3, 1};
   const int input_frac[] = {2, 2, 0, 0};
   for (size_t i = 0; i < pool.size(); ++i)
-    ex[pool[i].id] = Exact{true, input_mag[i], input_frac[i], false, false, 40};
+    ex[pool[i].id] = Exact{true, input_mag[i], input_frac[i], false, 40};
   auto pick = [&] { return pool[in.next() % pool.size()]; };
   // The input's bytes are read in one order, left to right as the calls list them (clang's
   // order for arguments, in which the corpus was found): read inside one call's arguments,
@@ -273,7 +263,7 @@ dvm::StatusOr<dvm::Kernel> build(Reader& in, std::vector<DType>* out_dtypes,
         const double c = static_cast<double>(static_cast<int>(in.next()) - 128) / 16.0;
         next_binary();
         v = kb.binary(bop, a, c);
-        Exact ce{true, std::abs(c), 4, false, false, 1};
+        Exact ce{true, std::abs(c), 4, false, 1};
         e = binary_exactness(bop, info(a), ce);
         break;
       }
