@@ -619,7 +619,12 @@ void Emitter::fit_tile_to_cache() {
     return static_cast<int64_t>(std::max(1, prog_.num_regs)) * (row ? row->chunk : 1) *
            round16(col.chunk) * 4;
   };
-  while (bytes() > kRegBudgetBytes) {
+  // Rows reduced along long columns keep their registers in L1 (kRowRegBudgetBytes), down to
+  // kMinLongRowTile rows; shorter rows keep the larger budget (see both constants).
+  const bool long_rows = L_.axes[L_.col].reduced && col.chunk >= kLongRowCols;
+  const int64_t budget = long_rows ? kRowRegBudgetBytes : kRegBudgetBytes;
+  while (bytes() > budget) {
+    if (long_rows && row && row->chunk <= kMinLongRowTile) break;
     if (row && !L_.axes[L_.row].reduced && row->chunk > 1) {
       row->chunk = (row->chunk + 1) / 2;
     } else if (!L_.axes[L_.col].reduced && col.chunk >= 1024) {

@@ -32,6 +32,16 @@ inline constexpr int64_t kRowReduceTileElems = 16384;
 // them in L1 instead meant 1-row tiles whose dispatch overhead cost more than the L2 traffic
 // (layernorm over 1024 columns: 888 us at 20 KiB vs 494 us at 256 KiB per 1M elements).
 inline constexpr int64_t kRegBudgetBytes = 128 * 1024;
+// Except for rows reduced along kLongRowCols columns or more (norms, softmax over a model's
+// hidden size): a block's 3-5 passes over its registers then cost more from L2 than the
+// dispatch of smaller blocks, so their registers keep to about L1 (48 KiB on Zen 4), with at
+// least kMinLongRowTile rows per tile. 1 thread, interleaved, against the 128 KiB budget:
+// add+layernorm rows of 256 at 64K/1M/16M elements 1.14x/1.13x/1.06x faster, rows of 768
+// 0.99x/1.06x/1.04x, softmax rows of 512 0.99x/1.10x/1.29x; rows of 64 (rmsnorm) wanted the
+// large tiles (16K-element tiles 117 us at 1M, 4K-element ones 128-130).
+inline constexpr int64_t kLongRowCols = 256;
+inline constexpr int64_t kRowRegBudgetBytes = 48 * 1024;
+inline constexpr int64_t kMinLongRowTile = 4;
 // Reductions with fewer outputs than kSplitParts over at least kSplitMinElems inputs are
 // split across kSplitParts blocks and combined by a second program.
 inline constexpr int64_t kSplitParts = 16;
