@@ -101,14 +101,22 @@ TEST(Runtime, ParallelBackendRunsEveryPartWithTheSameBits) {
 // waking late must not take a part of the next one), from several threads at once (one owns
 // the workers, the others run their parts themselves), nested inside a part, and after the
 // workers fell asleep.
+// One launch of `parts` parts through `run` (parallel_for or a ThreadPool's run): whether every
+// part ran exactly once.
+template <class Run>
+bool every_part_once(Run run, int parts) {
+  std::vector<std::atomic<int>> runs(static_cast<size_t>(parts));
+  run(parts, [&](int p) { runs[static_cast<size_t>(p)].fetch_add(1); });
+  for (int p = 0; p < parts; ++p) {
+    if (runs[static_cast<size_t>(p)].load() != 1) return false;
+  }
+  return true;
+}
+
 TEST(Runtime, ThreadPoolRunsEveryPartOnce) {
   const auto launch_and_count = [](int parts) {
-    std::vector<std::atomic<int>> runs(static_cast<size_t>(parts));
-    base::parallel_for(parts, [&](int p) { runs[static_cast<size_t>(p)].fetch_add(1); });
-    for (int p = 0; p < parts; ++p) {
-      if (runs[static_cast<size_t>(p)].load() != 1) return false;
-    }
-    return true;
+    return every_part_once(
+        [](int n, const std::function<void(int)>& fn) { base::parallel_for(n, fn); }, parts);
   };
   for (int i = 0; i < 2000; ++i) ASSERT_TRUE(launch_and_count(1 + i % 7)) << "launch " << i;
   std::atomic<int> bad{0};
@@ -133,12 +141,8 @@ TEST(Runtime, ThreadPoolRunsEveryPartOnce) {
 TEST(Runtime, ThreadPoolWithManyWorkers) {
   base::ThreadPool pool(5);
   const auto launch_and_count = [&pool](int parts) {
-    std::vector<std::atomic<int>> runs(static_cast<size_t>(parts));
-    pool.run(parts, [&](int p) { runs[static_cast<size_t>(p)].fetch_add(1); });
-    for (int p = 0; p < parts; ++p) {
-      if (runs[static_cast<size_t>(p)].load() != 1) return false;
-    }
-    return true;
+    return every_part_once([&pool](int n, const std::function<void(int)>& fn) { pool.run(n, fn); },
+                           parts);
   };
   for (int i = 0; i < 2000; ++i) ASSERT_TRUE(launch_and_count(1 + i % 13)) << "launch " << i;
   std::atomic<int> bad{0};
