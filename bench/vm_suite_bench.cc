@@ -17,20 +17,25 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <new>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "bench_pool.h"
 #include "dvm/kernel.h"
 #include "dvm/runtime.h"
+#include "encoder/stage.h"
 #include "ops/scalar_ops.h"
 
 namespace {
@@ -667,9 +672,140 @@ void register_all() {
   }
 }
 
+// ---- in-process A/B of an encoder tiling knob ----------------------------------------------
+//
+//   vm_suite_bench --ab=KNOB:A,B [--ab_filter=REGEX] [--ab_sizes=N,N] [--ab_threads=T]
+//                  [--ab_rounds=R]
+//
+// Compiles each matching workload twice, with the knob (a dvm::enc::TileTuning field) at A and
+// at B, then times the two kernels in alternation over R rounds in this one process (the
+// machine's speed drifts between processes and within seconds). Prints per workload and size
+// the median time of each and the median of the per-round ratios A/B (> 1: B faster).
+
+int64_t* tuning_field(const std::string& name) {
+  dvm::enc::TileTuning& t = dvm::enc::tile_tuning();
+  if (name == "row_reduce_tile_elems") return &t.row_reduce_tile_elems;
+  if (name == "reg_budget_bytes") return &t.reg_budget_bytes;
+  if (name == "row_reg_budget_bytes") return &t.row_reg_budget_bytes;
+  if (name == "long_row_cols") return &t.long_row_cols;
+  return nullptr;
+}
+
+// Microseconds per run of ck, timed over at least 2 ms of back-to-back runs.
+double time_runs(dvm::CompiledKernel& ck, const std::vector<dvm::TensorArg>& in,
+                 const std::vector<dvm::TensorArg>& out) {
+  using Clock = std::chrono::steady_clock;
+  int64_t iters = 0;
+  const Clock::time_point t0 = Clock::now();
+  double us = 0;
+  do {
+    for (int i = 0; i < 8; ++i) (void)ck.run(in, out);
+    iters += 8;
+    us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  } while (us < 2000);
+  return us / static_cast<double>(iters);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  size_t p = 0;
+  while (p < s.size()) {
+    size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    v.push_back(std::atoll(s.substr(p, q - p).c_str()));
+    p = q + 1;
+  }
+  return v;
+}
+
+int run_ab(int argc, char** argv) {
+  std::string knob, filter = ".*";
+  std::vector<int64_t> values, sizes = {int64_t{1} << 16, int64_t{1} << 20};
+  int threads = 1, rounds = 15;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto val = [&](const char* key) {
+      const std::string k = std::string(key) + "=";
+      return a.rfind(k, 0) == 0 ? a.substr(k.size()) : std::string();
+    };
+    if (!val("--ab").empty()) {
+      const std::string v = val("--ab");
+      knob = v.substr(0, v.find(':'));
+      values = parse_list(v.substr(v.find(':') + 1));
+    } else if (!val("--ab_filter").empty()) {
+      filter = val("--ab_filter");
+    } else if (!val("--ab_sizes").empty()) {
+      sizes = parse_list(val("--ab_sizes"));
+    } else if (!val("--ab_threads").empty()) {
+      threads = std::atoi(val("--ab_threads").c_str());
+    } else if (!val("--ab_rounds").empty()) {
+      rounds = std::atoi(val("--ab_rounds").c_str());
+    }
+  }
+  int64_t* field = tuning_field(knob);
+  if (field == nullptr || values.size() != 2) {
+    std::fprintf(stderr, "--ab=KNOB:A,B with KNOB a dvm::enc::TileTuning field\n");
+    return 1;
+  }
+  const int64_t saved = *field;
+  const std::regex re(filter);
+  std::printf("%-20s %9s %10s %10s %7s  (%s: A=%lld B=%lld, %d thread(s), %d rounds)\n", "workload",
+              "elements", "A us", "B us", "A/B", knob.c_str(), static_cast<long long>(values[0]),
+              static_cast<long long>(values[1]), threads, rounds);
+  for (const Workload& wl : workloads()) {
+    if (!std::regex_search(wl.name, re)) continue;
+    for (int64_t n : sizes) {
+      Instance w = wl.make(n);
+      std::vector<dvm::TensorArg> in, out;
+      for (Tensor& t : w.in) in.push_back(t.arg());
+      for (Tensor& t : w.out) out.push_back(t.arg());
+      std::shared_ptr<dvm::CompiledKernel> ck[2];
+      for (int v = 0; v < 2; ++v) {
+        *field = values[static_cast<size_t>(v)];
+        auto kernel = w.build();
+        dvm::CompileOptions opts;
+        opts.num_threads = threads;
+        dvm::Status s = kernel.status();
+        if (s.is_ok()) {
+          auto c = dvm::CompiledKernel::create(*kernel, opts);
+          s = c.status();
+          if (s.is_ok()) ck[v] = std::move(*c);
+        }
+        if (s.is_ok()) s = ck[v]->run(in, out);  // the first run encodes, under the knob
+        if (!s.is_ok()) {
+          std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), s.to_string().c_str());
+          *field = saved;
+          return 1;
+        }
+      }
+      *field = saved;
+      std::vector<double> ta, tb, ratio;
+      for (int r = 0; r < rounds; ++r) {
+        const bool a_first = r % 2 == 0;
+        const double x = time_runs(*ck[a_first ? 0 : 1], in, out);
+        const double y = time_runs(*ck[a_first ? 1 : 0], in, out);
+        ta.push_back(a_first ? x : y);
+        tb.push_back(a_first ? y : x);
+        ratio.push_back(ta.back() / tb.back());
+      }
+      std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", wl.name.c_str(), static_cast<long long>(n),
+                  median(ta), median(tb), median(ratio));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind("--ab=", 0) == 0) return run_ab(argc, argv);
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

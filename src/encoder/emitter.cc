@@ -621,8 +621,9 @@ void Emitter::fit_tile_to_cache() {
   };
   // Rows reduced along long columns keep their registers in L1 (kRowRegBudgetBytes), down to
   // kMinLongRowTile rows; shorter rows keep the larger budget (see both constants).
-  const bool long_rows = L_.axes[L_.col].reduced && col.chunk >= kLongRowCols;
-  const int64_t budget = long_rows ? kRowRegBudgetBytes : kRegBudgetBytes;
+  const TileTuning& tune = tile_tuning();
+  const bool long_rows = L_.axes[L_.col].reduced && col.chunk >= tune.long_row_cols;
+  const int64_t budget = long_rows ? tune.row_reg_budget_bytes : tune.reg_budget_bytes;
   while (bytes() > budget) {
     if (long_rows && row && row->chunk <= kMinLongRowTile) break;
     if (row && !L_.axes[L_.row].reduced && row->chunk > 1) {

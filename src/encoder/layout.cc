@@ -332,7 +332,7 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
     chunk[L->col] = std::min<int64_t>(chunk[L->col], kTransposedTile);
   }
   if (L->row >= 0) {
-    const int64_t tile = c.reduced ? kRowReduceTileElems : kTileElems;
+    const int64_t tile = c.reduced ? tile_tuning().row_reduce_tile_elems : kTileElems;
     int64_t cap = std::max<int64_t>(1, tile / round16(chunk[L->col]));
     chunk[L->row] = std::max<int64_t>(1, std::min(L->axes[L->row].extent, cap));
   }
@@ -368,6 +368,11 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
       break;
     }
   }
+}
+
+TileTuning& tile_tuning() {
+  static TileTuning tuning;
+  return tuning;
 }
 
 }  // namespace dvm::enc

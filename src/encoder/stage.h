@@ -42,6 +42,16 @@ inline constexpr int64_t kRegBudgetBytes = 128 * 1024;
 inline constexpr int64_t kLongRowCols = 256;
 inline constexpr int64_t kRowRegBudgetBytes = 48 * 1024;
 inline constexpr int64_t kMinLongRowTile = 4;
+
+// The tile-size constants above as the encoder reads them. Only benchmarks change them, to
+// compare two tilings of one workload in one process (vm_suite_bench --ab); not thread-safe.
+struct TileTuning {
+  int64_t row_reduce_tile_elems = kRowReduceTileElems;
+  int64_t reg_budget_bytes = kRegBudgetBytes;
+  int64_t row_reg_budget_bytes = kRowRegBudgetBytes;
+  int64_t long_row_cols = kLongRowCols;
+};
+TileTuning& tile_tuning();
 // Reductions with fewer outputs than kSplitParts over at least kSplitMinElems inputs are
 // split across kSplitParts blocks and combined by a second program.
 inline constexpr int64_t kSplitParts = 16;
