@@ -5,11 +5,16 @@
 // - nothing crashes, hangs or touches memory outside its tensors (ASan/UBSan builds);
 // - bad text, bad graphs and bad bindings are Status errors;
 // - the one- and two-thread executables agree: both fail, or both write the same bits
-//   (DVM's results are bitwise identical for any thread count).
+//   (DVM's results are bitwise identical for any thread count);
+// - fusion loses nothing the unfused executable (one kernel per meta-op: the fuser's oracle)
+//   has: where it runs, the fused one runs too, and writes every output element it writes.
+//   Values are not compared: fused kernels contract a * b + c into one rounding and may sum in
+//   another order, and a comparison or a cast downstream can turn an ulp into any difference.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -74,6 +79,43 @@ bool run(const dvm::Executable& exe, const dvm::Graph& g, const dvm::SymBindings
   return true;
 }
 
+// Is element i of b the poison pattern (Buffer::poisoned), i.e. never written?
+bool poisoned_at(const Buffer& b, int64_t i) {
+  const size_t es = static_cast<size_t>(dvm::dtype_size(b.dtype));
+  const unsigned char* p = b.bytes.data() + static_cast<size_t>(i) * es;
+  for (size_t k = 0; k < es; ++k)
+    if (p[k] != 0xA5) return false;
+  return true;
+}
+
+// The unfused executable of g (one kernel per meta-op) run at `bindings`: its outputs, or
+// nothing where it does not compile or run.
+std::optional<std::vector<Buffer>> run_unfused(const dvm::Graph& g,
+                                               const dvm::SymBindings& bindings) {
+  dvm::GraphCompileOptions o;
+  o.fuse = false;
+  o.num_threads = 1;
+  auto exe = dvm::Executable::compile(g, o);
+  if (!exe.is_ok()) return std::nullopt;
+  std::vector<Buffer> out;
+  if (!run(**exe, g, bindings, &out)) return std::nullopt;
+  return out;
+}
+
+// The fused run against the unfused one (both ran): the same outputs, and no element that the
+// unfused executable wrote left unwritten by the fused one.
+void check_against_unfused(const std::vector<Buffer>& fused, const std::vector<Buffer>& unfused) {
+  if (fused.size() != unfused.size()) dvm::fuzz::fail("fused and unfused output counts differ");
+  for (size_t k = 0; k < fused.size(); ++k) {
+    if (fused[k].shape != unfused[k].shape || fused[k].dtype != unfused[k].dtype)
+      dvm::fuzz::fail("fused and unfused outputs differ in shape or dtype");
+    for (int64_t i = 0; i < fused[k].numel(); ++i) {
+      if (poisoned_at(fused[k], i) && !poisoned_at(unfused[k], i))
+        dvm::fuzz::fail("fusion left an output element unwritten");
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -86,8 +128,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.num_threads = threads;
     return dvm::Executable::compile(*graph, o);
   });
-  if (!exe1.is_ok()) return 0;
   const dvm::SymBindings bindings = choose_bindings(*graph, data, size);
+  if (!exe1.is_ok()) {
+    if (run_unfused(*graph, bindings)) {
+      std::fprintf(stderr, "fused: %s\n", exe1.status().to_string().c_str());
+      dvm::fuzz::fail("the unfused graph compiles and runs, the fused one does not compile");
+    }
+    return 0;
+  }
   std::vector<Buffer> out1, out2;
   const bool ok1 = run(**exe1, *graph, bindings, &out1);
   const bool ok2 = run(**exe2, *graph, bindings, &out2);
@@ -95,5 +143,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t k = 0; k < out1.size(); ++k) {
     if (out1[k].bytes != out2[k].bytes) dvm::fuzz::fail("one and two threads differ");
   }
+  const std::optional<std::vector<Buffer>> unfused = run_unfused(*graph, bindings);
+  if (!unfused) return 0;  // it may fail where the fused one runs (larger intermediates)
+  if (!ok1) dvm::fuzz::fail("the unfused executable runs and the fused one does not");
+  check_against_unfused(out1, *unfused);
   return 0;
 }
