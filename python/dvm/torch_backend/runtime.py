@@ -131,13 +131,16 @@ class DvmPartition(torch.nn.Module):
             k == "dvm" for k, _ in out_plan
         ) and [i for _, i in out_plan] == list(range(len(out_plan))) and self.out_orders is None
         self._arg_idx = tuple(i for _, i in in_plan)
+        # The inputs that are not tensors passed through (floats, carriers): (position, feed,
+        # argument index); a call converts only these.
+        self._converted = tuple((pos, _FEED[k], i) for pos, (k, i) in enumerate(in_plan)
+                                if k != "arg")
         self.freeze_weights = False
 
     def _inputs(self, args):
-        if self._simple:
-            ins = [args[i] for i in self._arg_idx]
-        else:
-            ins = [_FEED[k](args[i]) for k, i in self.in_plan]
+        ins = [args[i] for i in self._arg_idx]
+        for pos, feed, i in self._converted:
+            ins[pos] = feed(args[i])
         # With freeze_weights, parameters (weights) are dvm.Constant: DVM packs a weight once as
         # a matmul operand instead of on every call; the version follows torch's version
         # counter, so an in-place update of the parameter (an optimizer step) repacks, but a
