@@ -723,6 +723,47 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return v;
 }
 
+// One workload at n elements: encodes it with *field at values[0] and at values[1], then
+// times the two alternately over `rounds` rounds and prints a line. False: it did not run.
+bool ab_one(const Workload& wl, int64_t n, int64_t* field, const std::vector<int64_t>& values,
+            int threads, int rounds) {
+  Instance w = wl.make(n);
+  std::vector<dvm::TensorArg> in, out;
+  for (Tensor& t : w.in) in.push_back(t.arg());
+  for (Tensor& t : w.out) out.push_back(t.arg());
+  std::shared_ptr<dvm::CompiledKernel> ck[2];
+  for (int v = 0; v < 2; ++v) {
+    *field = values[static_cast<size_t>(v)];
+    auto kernel = w.build();
+    dvm::CompileOptions opts;
+    opts.num_threads = threads;
+    dvm::Status s = kernel.status();
+    if (s.is_ok()) {
+      auto c = dvm::CompiledKernel::create(*kernel, opts);
+      s = c.status();
+      if (s.is_ok()) ck[v] = std::move(*c);
+    }
+    if (s.is_ok()) s = ck[v]->run(in, out);  // the first run encodes, under the knob
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), s.to_string().c_str());
+      return false;
+    }
+  }
+  std::vector<double> ta, tb, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    const bool a_first = r % 2 == 0;
+    const double x = time_runs(*ck[a_first ? 0 : 1], in, out);
+    const double y = time_runs(*ck[a_first ? 1 : 0], in, out);
+    ta.push_back(a_first ? x : y);
+    tb.push_back(a_first ? y : x);
+    ratio.push_back(ta.back() / tb.back());
+  }
+  std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", wl.name.c_str(), static_cast<long long>(n),
+              median(ta), median(tb), median(ratio));
+  std::fflush(stdout);
+  return true;
+}
+
 int run_ab(int argc, char** argv) {
   std::string knob, filter = ".*";
   std::vector<int64_t> values, sizes = {int64_t{1} << 16, int64_t{1} << 20};
@@ -760,42 +801,9 @@ int run_ab(int argc, char** argv) {
   for (const Workload& wl : workloads()) {
     if (!std::regex_search(wl.name, re)) continue;
     for (int64_t n : sizes) {
-      Instance w = wl.make(n);
-      std::vector<dvm::TensorArg> in, out;
-      for (Tensor& t : w.in) in.push_back(t.arg());
-      for (Tensor& t : w.out) out.push_back(t.arg());
-      std::shared_ptr<dvm::CompiledKernel> ck[2];
-      for (int v = 0; v < 2; ++v) {
-        *field = values[static_cast<size_t>(v)];
-        auto kernel = w.build();
-        dvm::CompileOptions opts;
-        opts.num_threads = threads;
-        dvm::Status s = kernel.status();
-        if (s.is_ok()) {
-          auto c = dvm::CompiledKernel::create(*kernel, opts);
-          s = c.status();
-          if (s.is_ok()) ck[v] = std::move(*c);
-        }
-        if (s.is_ok()) s = ck[v]->run(in, out);  // the first run encodes, under the knob
-        if (!s.is_ok()) {
-          std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), s.to_string().c_str());
-          *field = saved;
-          return 1;
-        }
-      }
+      const bool ok = ab_one(wl, n, field, values, threads, rounds);
       *field = saved;
-      std::vector<double> ta, tb, ratio;
-      for (int r = 0; r < rounds; ++r) {
-        const bool a_first = r % 2 == 0;
-        const double x = time_runs(*ck[a_first ? 0 : 1], in, out);
-        const double y = time_runs(*ck[a_first ? 1 : 0], in, out);
-        ta.push_back(a_first ? x : y);
-        tb.push_back(a_first ? y : x);
-        ratio.push_back(ta.back() / tb.back());
-      }
-      std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", wl.name.c_str(), static_cast<long long>(n),
-                  median(ta), median(tb), median(ratio));
-      std::fflush(stdout);
+      if (!ok) return 1;
     }
   }
   return 0;

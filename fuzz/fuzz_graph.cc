@@ -79,15 +79,6 @@ bool run(const dvm::Executable& exe, const dvm::Graph& g, const dvm::SymBindings
   return true;
 }
 
-// Is element i of b the poison pattern (Buffer::poisoned), i.e. never written?
-bool poisoned_at(const Buffer& b, int64_t i) {
-  const size_t es = static_cast<size_t>(dvm::dtype_size(b.dtype));
-  const unsigned char* p = b.bytes.data() + static_cast<size_t>(i) * es;
-  for (size_t k = 0; k < es; ++k)
-    if (p[k] != 0xA5) return false;
-  return true;
-}
-
 // The unfused executable of g (one kernel per meta-op) run at `bindings`: its outputs, or
 // nothing where it does not compile or run.
 std::optional<std::vector<Buffer>> run_unfused(const dvm::Graph& g,
@@ -110,7 +101,7 @@ void check_against_unfused(const std::vector<Buffer>& fused, const std::vector<B
     if (fused[k].shape != unfused[k].shape || fused[k].dtype != unfused[k].dtype)
       dvm::fuzz::fail("fused and unfused outputs differ in shape or dtype");
     for (int64_t i = 0; i < fused[k].numel(); ++i) {
-      if (poisoned_at(fused[k], i) && !poisoned_at(unfused[k], i))
+      if (fused[k].unwritten(i) && !unfused[k].unwritten(i))
         dvm::fuzz::fail("fusion left an output element unwritten");
     }
   }

@@ -111,10 +111,19 @@ struct Buffer {
   }
 
   // Filled with a pattern the VM never computes by accident, so unwritten elements show.
+  static constexpr unsigned char kPoison = 0xA5;
   static Buffer poisoned(DType dtype, std::vector<int64_t> shape) {
     Buffer b{dtype, std::move(shape), {}};
-    b.bytes.assign(static_cast<size_t>(b.numel() * dtype_size(dtype)), 0xA5);
+    b.bytes.assign(static_cast<size_t>(b.numel() * dtype_size(dtype)), kPoison);
     return b;
+  }
+  // Does element i still hold the poison pattern (never written)?
+  bool unwritten(int64_t i) const {
+    const size_t es = static_cast<size_t>(dtype_size(dtype));
+    const unsigned char* p = bytes.data() + static_cast<size_t>(i) * es;
+    for (size_t k = 0; k < es; ++k)
+      if (p[k] != kPoison) return false;
+    return true;
   }
 };
 

@@ -97,10 +97,6 @@ TEST(Runtime, ParallelBackendRunsEveryPartWithTheSameBits) {
   EXPECT_EQ(g_backend_launches.load(), launches);  // DVM's pool again
 }
 
-// The pool runs every part of every launch exactly once: launches back to back (a worker
-// waking late must not take a part of the next one), from several threads at once (one owns
-// the workers, the others run their parts themselves), nested inside a part, and after the
-// workers fell asleep.
 // One launch of `parts` parts through `run` (parallel_for or a ThreadPool's run): whether every
 // part ran exactly once.
 template <class Run>
@@ -113,6 +109,10 @@ bool every_part_once(Run run, int parts) {
   return true;
 }
 
+// The pool runs every part of every launch exactly once: launches back to back (a worker
+// waking late must not take a part of the next one), from several threads at once (one owns
+// the workers, the others run their parts themselves), nested inside a part, and after the
+// workers fell asleep.
 TEST(Runtime, ThreadPoolRunsEveryPartOnce) {
   const auto launch_and_count = [](int parts) {
     return every_part_once(

@@ -52,6 +52,7 @@ struct TileTuning {
   int64_t long_row_cols = kLongRowCols;
 };
 TileTuning& tile_tuning();
+
 // Reductions with fewer outputs than kSplitParts over at least kSplitMinElems inputs are
 // split across kSplitParts blocks and combined by a second program.
 inline constexpr int64_t kSplitParts = 16;
