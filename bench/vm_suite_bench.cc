@@ -37,6 +37,7 @@
 #include "dvm/runtime.h"
 #include "encoder/stage.h"
 #include "ops/scalar_ops.h"
+#include "vm/interpreter.h"
 
 namespace {
 
@@ -682,28 +683,46 @@ void register_all() {
 // machine's speed drifts between processes and within seconds). Prints per workload and size
 // the median time of each and the median of the per-round ratios A/B (> 1: B faster).
 
-int64_t* tuning_field(const std::string& name) {
+// A knob: an encoder tiling constant (field, set while encoding) or a VM setting (set, called
+// before each timed run).
+struct Knob {
+  int64_t* field = nullptr;
+  void (*set)(int64_t) = nullptr;
+  bool valid() const { return field != nullptr || set != nullptr; }
+};
+
+Knob tuning_knob(const std::string& name) {
   dvm::enc::TileTuning& t = dvm::enc::tile_tuning();
-  if (name == "row_reduce_tile_elems") return &t.row_reduce_tile_elems;
-  if (name == "reg_budget_bytes") return &t.reg_budget_bytes;
-  if (name == "row_reg_budget_bytes") return &t.row_reg_budget_bytes;
-  if (name == "long_row_cols") return &t.long_row_cols;
-  return nullptr;
+  if (name == "row_reduce_tile_elems") return {&t.row_reduce_tile_elems};
+  if (name == "reg_budget_bytes") return {&t.reg_budget_bytes};
+  if (name == "row_reg_budget_bytes") return {&t.row_reg_budget_bytes};
+  if (name == "long_row_cols") return {&t.long_row_cols};
+  if (name == "small_tiles")
+    return {nullptr, [](int64_t v) { dvm::vm::set_small_tile_path(v != 0); }};
+  if (name == "row_programs")
+    return {nullptr, [](int64_t v) { dvm::vm::set_row_programs(v != 0); }};
+  if (name == "row_band_bytes") return {nullptr, [](int64_t v) { dvm::vm::set_row_band_bytes(v); }};
+  return {};
 }
 
-// Microseconds per run of ck, timed over at least 2 ms of back-to-back runs.
-double time_runs(dvm::CompiledKernel& ck, const std::vector<dvm::TensorArg>& in,
-                 const std::vector<dvm::TensorArg>& out) {
+// Microseconds per call of f, timed over at least 2 ms of back-to-back calls.
+template <class F>
+double time_calls(F f) {
   using Clock = std::chrono::steady_clock;
   int64_t iters = 0;
   const Clock::time_point t0 = Clock::now();
   double us = 0;
   do {
-    for (int i = 0; i < 8; ++i) (void)ck.run(in, out);
+    for (int i = 0; i < 8; ++i) f();
     iters += 8;
     us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   } while (us < 2000);
   return us / static_cast<double>(iters);
+}
+
+double time_runs(dvm::CompiledKernel& ck, const std::vector<dvm::TensorArg>& in,
+                 const std::vector<dvm::TensorArg>& out) {
+  return time_calls([&] { (void)ck.run(in, out); });
 }
 
 double median(std::vector<double> v) {
@@ -725,15 +744,19 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 // One workload at n elements: encodes it with *field at values[0] and at values[1], then
 // times the two alternately over `rounds` rounds and prints a line. False: it did not run.
-bool ab_one(const Workload& wl, int64_t n, int64_t* field, const std::vector<int64_t>& values,
+bool ab_one(const Workload& wl, int64_t n, const Knob& knob, const std::vector<int64_t>& values,
             int threads, int rounds) {
+  const auto set = [&](int v) {
+    if (knob.field != nullptr) *knob.field = values[static_cast<size_t>(v)];
+    if (knob.set != nullptr) knob.set(values[static_cast<size_t>(v)]);
+  };
   Instance w = wl.make(n);
   std::vector<dvm::TensorArg> in, out;
   for (Tensor& t : w.in) in.push_back(t.arg());
   for (Tensor& t : w.out) out.push_back(t.arg());
   std::shared_ptr<dvm::CompiledKernel> ck[2];
   for (int v = 0; v < 2; ++v) {
-    *field = values[static_cast<size_t>(v)];
+    set(v);
     auto kernel = w.build();
     dvm::CompileOptions opts;
     opts.num_threads = threads;
@@ -752,8 +775,12 @@ bool ab_one(const Workload& wl, int64_t n, int64_t* field, const std::vector<int
   std::vector<double> ta, tb, ratio;
   for (int r = 0; r < rounds; ++r) {
     const bool a_first = r % 2 == 0;
-    const double x = time_runs(*ck[a_first ? 0 : 1], in, out);
-    const double y = time_runs(*ck[a_first ? 1 : 0], in, out);
+    const auto timed = [&](int v) {
+      set(v);
+      return time_runs(*ck[v], in, out);
+    };
+    const double x = timed(a_first ? 0 : 1);
+    const double y = timed(a_first ? 1 : 0);
     ta.push_back(a_first ? x : y);
     tb.push_back(a_first ? y : x);
     ratio.push_back(ta.back() / tb.back());
@@ -764,10 +791,81 @@ bool ab_one(const Workload& wl, int64_t n, int64_t* field, const std::vector<int
   return true;
 }
 
+// ---- in-process DVM against the plain fused loop ---------------------------------------
+//
+//   vm_suite_bench --vs_fused [--ab_filter=REGEX] [--ab_sizes=N,N] [--ab_threads=T]
+//                  [--ab_rounds=R] [--set=KNOB:V]
+//
+// Times each matching workload's DVM kernel and its fused loop alternately over R rounds in
+// this one process, at T threads each. Prints the median times and the median of the
+// per-round ratios fused/DVM (> 1: DVM faster), then their geomean. --set: a knob of --ab at V.
+
+// One workload at n elements; the median ratio, or -1 when it did not run.
+double vs_fused_one(const Workload& wl, int64_t n, int threads, int rounds) {
+  Instance w = wl.make(n);
+  std::vector<dvm::TensorArg> in, out;
+  for (Tensor& t : w.in) in.push_back(t.arg());
+  for (Tensor& t : w.out) out.push_back(t.arg());
+  auto kernel = w.build();
+  dvm::CompileOptions opts;
+  opts.num_threads = threads;
+  dvm::Status s = kernel.status();
+  std::shared_ptr<dvm::CompiledKernel> ck;
+  if (s.is_ok()) {
+    auto c = dvm::CompiledKernel::create(*kernel, opts);
+    s = c.status();
+    if (s.is_ok()) ck = std::move(*c);
+  }
+  if (s.is_ok()) s = ck->run(in, out);
+  if (!s.is_ok()) {
+    std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), s.to_string().c_str());
+    return -1;
+  }
+  Pool pool(threads);
+  run_fused(w, pool);
+  std::vector<double> tv, tf, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    const auto vm = [&] { return time_runs(*ck, in, out); };
+    const auto loop = [&] { return time_calls([&] { run_fused(w, pool); }); };
+    const bool vm_first = r % 2 == 0;
+    const double x = vm_first ? vm() : loop();
+    const double y = vm_first ? loop() : vm();
+    tv.push_back(vm_first ? x : y);
+    tf.push_back(vm_first ? y : x);
+    ratio.push_back(tf.back() / tv.back());
+  }
+  const double q = median(ratio);
+  std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", wl.name.c_str(), static_cast<long long>(n),
+              median(tv), median(tf), q);
+  std::fflush(stdout);
+  return q;
+}
+
+int run_vs_fused(const std::string& filter, const std::vector<int64_t>& sizes, int threads,
+                 int rounds) {
+  const std::regex re(filter);
+  std::printf("%-20s %9s %10s %10s %7s  (%d thread(s), %d rounds)\n", "workload", "elements",
+              "DVM us", "fused us", "fused/DVM", threads, rounds);
+  double log_sum = 0;
+  int count = 0;
+  for (const Workload& wl : workloads()) {
+    if (!std::regex_search(wl.name, re)) continue;
+    for (int64_t n : sizes) {
+      const double q = vs_fused_one(wl, n, threads, rounds);
+      if (q <= 0) return 1;
+      log_sum += std::log(q);
+      ++count;
+    }
+  }
+  if (count > 0) std::printf("geomean fused/DVM %.3f over %d\n", std::exp(log_sum / count), count);
+  return 0;
+}
+
 int run_ab(int argc, char** argv) {
   std::string knob, filter = ".*";
   std::vector<int64_t> values, sizes = {int64_t{1} << 16, int64_t{1} << 20};
   int threads = 1, rounds = 15;
+  bool vs_fused = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto val = [&](const char* key) {
@@ -786,14 +884,26 @@ int run_ab(int argc, char** argv) {
       threads = std::atoi(val("--ab_threads").c_str());
     } else if (!val("--ab_rounds").empty()) {
       rounds = std::atoi(val("--ab_rounds").c_str());
+    } else if (a == "--vs_fused") {
+      vs_fused = true;
+    } else if (!val("--set").empty()) {
+      const std::string v = val("--set");
+      const Knob k = tuning_knob(v.substr(0, v.find(':')));
+      const int64_t x = std::atoll(v.substr(v.find(':') + 1).c_str());
+      if (k.field != nullptr) *k.field = x;
+      if (k.set != nullptr) k.set(x);
     }
   }
-  int64_t* field = tuning_field(knob);
-  if (field == nullptr || values.size() != 2) {
-    std::fprintf(stderr, "--ab=KNOB:A,B with KNOB a dvm::enc::TileTuning field\n");
+  if (vs_fused) return run_vs_fused(filter, sizes, threads, rounds);
+  const Knob k = tuning_knob(knob);
+  if (!k.valid() || values.size() != 2) {
+    std::fprintf(
+        stderr,
+        "--ab=KNOB:A,B with KNOB a dvm::enc::TileTuning field, small_tiles, row_programs or "
+        "row_band_bytes\n");
     return 1;
   }
-  const int64_t saved = *field;
+  const int64_t saved = k.field != nullptr ? *k.field : 1;
   const std::regex re(filter);
   std::printf("%-20s %9s %10s %10s %7s  (%s: A=%lld B=%lld, %d thread(s), %d rounds)\n", "workload",
               "elements", "A us", "B us", "A/B", knob.c_str(), static_cast<long long>(values[0]),
@@ -801,8 +911,9 @@ int run_ab(int argc, char** argv) {
   for (const Workload& wl : workloads()) {
     if (!std::regex_search(wl.name, re)) continue;
     for (int64_t n : sizes) {
-      const bool ok = ab_one(wl, n, field, values, threads, rounds);
-      *field = saved;
+      const bool ok = ab_one(wl, n, k, values, threads, rounds);
+      if (k.field != nullptr) *k.field = saved;
+      if (k.set != nullptr) k.set(saved);
       if (!ok) return 1;
     }
   }
@@ -812,8 +923,10 @@ int run_ab(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]).rfind("--ab=", 0) == 0) return run_ab(argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--ab=", 0) == 0 || a == "--vs_fused") return run_ab(argc, argv);
+  }
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -1702,6 +1702,134 @@ TEST(VmSmallTiles, SmallStatisticsMatchTheKernelsBitwise) {
   }
 }
 
+// Row programs (vm::LoadedProgram::row_steps): a block of a norm or softmax runs as one kernel
+// call, band of rows by band of rows, its map and reduction steps fused in pairs. Each kernel
+// here must be planned as a row program, match the reference at 1, 2 and 7 threads, and give
+// the bits of the instruction-by-instruction path, at one row, tails, rows longer than a
+// chain's strip, bands of one row and of many (two budgets), with a param, a strided input, a
+// second output of the residual sum and a [R, 1] output.
+TEST(VmRowPrograms, NormsMatchTheInstructionPathBitwise) {
+  struct Case {
+    const char* name;
+    std::function<Kernel()> build;
+    int row_inputs;  // [R, C] inputs (the first read through a strided view when asked)
+    int col_inputs;  // [C] inputs
+    bool param;      // a float param (the softmax scale)
+  };
+  const auto norm_kernel = [](const char* name, auto body) {
+    KernelBuilder kb(name);
+    Dim R = kb.symbol("R"), C = kb.symbol("C");
+    body(kb, R, C);
+    auto k = kb.build();
+    EXPECT_TRUE(k.is_ok()) << k.status().to_string();
+    return *k;
+  };
+  const std::vector<Case> cases = {
+      {"add_layernorm",
+       [&] {
+         return norm_kernel("add_layernorm", [](KernelBuilder& kb, Dim R, Dim C) {
+           Value h = kb.add(kb.load("x", DType::kF32, {R, C}), kb.load("res", DType::kF32, {R, C}));
+           Value hc = kb.sub(h, kb.mean(h, {-1}, true));
+           Value var = kb.mean(kb.mul(hc, hc), {-1}, true);
+           Value rstd = kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, var, 1e-5));
+           Value g = kb.load("g", DType::kF32, {C}), b = kb.load("b", DType::kF32, {C});
+           kb.store("y", kb.add(kb.mul(kb.mul(hc, rstd), g), b));
+           kb.store("h", h);
+         });
+       },
+       2, 2, false},
+      {"softmax",
+       [&] {
+         return norm_kernel("softmax", [](KernelBuilder& kb, Dim R, Dim C) {
+           Value s = kb.mul(kb.load("x", DType::kF32, {R, C}), kb.param("scale", DType::kF32));
+           Value e = kb.unary(UnaryOp::kExp, kb.sub(s, kb.max(s, {-1}, true)));
+           kb.store("y", kb.div(e, kb.sum(e, {-1}, true)));
+         });
+       },
+       1, 0, true},
+      {"log_softmax",
+       [&] {
+         return norm_kernel("log_softmax", [](KernelBuilder& kb, Dim R, Dim C) {
+           Value x = kb.load("x", DType::kF32, {R, C});
+           Value c = kb.sub(x, kb.max(x, {-1}, true));
+           Value lse = kb.unary(UnaryOp::kLog, kb.sum(kb.unary(UnaryOp::kExp, c), {-1}, true));
+           kb.store("y", kb.sub(c, lse));
+         });
+       },
+       1, 0, false},
+      {"rmsnorm",
+       [&] {
+         return norm_kernel("rmsnorm", [](KernelBuilder& kb, Dim R, Dim C) {
+           Value x = kb.load("x", DType::kF32, {R, C});
+           Value ms = kb.mean(kb.mul(x, x), {-1}, true);
+           Value rstd = kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, ms, 1e-6));
+           kb.store("y", kb.mul(kb.mul(x, rstd), kb.load("g", DType::kF32, {C})));
+           kb.store("ms", ms);
+         });
+       },
+       1, 1, false},
+  };
+  std::mt19937 rng(211);
+  for (const Case& c : cases) {
+    const Kernel k = c.build();
+    for (auto [rows, cols, strided] :
+         std::vector<std::tuple<int64_t, int64_t, bool>>{{1, 128, false},
+                                                         {3, 130, true},
+                                                         {17, 1000, false},
+                                                         {5, 1500, true},
+                                                         {300, 256, false},
+                                                         {2, 4096, false},
+                                                         {40, 768, true}}) {
+      std::vector<Buffer> in;
+      for (int i = 0; i < c.row_inputs; ++i) {
+        if (strided && i == 0) {  // rows of a wider tensor: row stride cols + 7
+          Buffer b = make_buffer(DType::kF32, {rows, cols + 7}, rng);
+          b.arg.shape = {rows, cols};
+          b.arg.strides = {cols + 7, 1};
+          in.push_back(std::move(b));
+        } else {
+          in.push_back(make_buffer(DType::kF32, {rows, cols}, rng));
+        }
+      }
+      for (int i = 0; i < c.col_inputs; ++i) in.push_back(make_buffer(DType::kF32, {cols}, rng));
+      const std::vector<ScalarArg> params =
+          c.param ? std::vector<ScalarArg>{ScalarArg::of_float(0.125)} : std::vector<ScalarArg>{};
+      const std::string what = std::string(c.name) + " " + std::to_string(rows) + "x" +
+                               std::to_string(cols) + (strided ? " strided" : "");
+      // Planned as a row program (else the comparisons below would test nothing new), except
+      // for a single row: its row axis drops out of the tile.
+      std::vector<Buffer> outs;
+      CompileOptions one;
+      one.num_threads = 1;
+      auto ck = CompiledKernel::create(k, one).value();
+      const auto shapes = ck->infer_output_shapes(args_of(in)).value();
+      for (const auto& shape : shapes) outs.push_back(make_out(DType::kF32, shape, Out::kContig));
+      const enc::EncodedKernel ek = encode_for(k, args_of(in), args_of(outs));
+      EXPECT_EQ(std::any_of(ek.programs.begin(), ek.programs.end(),
+                            [](const bc::Program& p) { return !vm::load(p)->row_steps.empty(); }),
+                rows > 1)
+          << what << ": row program planned or not";
+      check(k, in, {.tol = Tol::kReduce, .n = cols, .params = params, .what = what});
+      const auto run = [&](bool row_programs, int64_t band_bytes) {
+        vm::set_row_programs(row_programs);
+        vm::set_row_band_bytes(band_bytes);
+        std::vector<Buffer> o;
+        for (const auto& shape : shapes) o.push_back(make_out(DType::kF32, shape, Out::kContig));
+        std::vector<TensorArg> oa = args_of(o);
+        EXPECT_TRUE(ck->run(args_of(in), oa, params).is_ok()) << what;
+        vm::set_row_programs(true);
+        vm::set_row_band_bytes(-1);
+        std::vector<std::vector<char>> bytes;
+        for (const Buffer& b : o) bytes.push_back(b.bytes);
+        return bytes;
+      };
+      const auto plain = run(false, -1);
+      EXPECT_EQ(run(true, -1), plain) << what << ": row program, default bands";
+      EXPECT_EQ(run(true, 1), plain) << what << ": row program, bands of one row";
+    }
+  }
+}
+
 // A transposed source ([C, R], read as [R, C]) goes through cpu::transpose_f32: 8x8 blocks,
 // then 4x4 blocks for the rows those leave (or all rows when R < 8), then single elements.
 // Every row count from 1 to 13 against column counts around the block sizes, exact data

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -101,13 +102,15 @@ class StreamScope {
 
 class BlockRunner {
  public:
-  BlockRunner(const LoadedProgram& lp, const LaunchArgs& args, char* regs)
+  // band_rows > 0: blocks run as row programs, in bands of this many rows.
+  BlockRunner(const LoadedProgram& lp, const LaunchArgs& args, char* regs, int64_t band_rows)
       : lp_(lp),
         p_(lp.program),
         args_(args),
         regs_(regs),
         reg_bytes_(lp.program.reg_elems * kRegElemBytes),
-        num_descs_(lp.desc_offset.size()) {
+        num_descs_(lp.desc_offset.size()),
+        band_rows_(band_rows) {
     if (num_descs_ > kInlineDescs) {  // rare: the common programs need no allocation per launch
       desc_off_heap_.resize(num_descs_);
       desc_off_ = desc_off_heap_.data();
@@ -119,6 +122,7 @@ class BlockRunner {
   void run(int64_t block, int64_t next = -1);
 
  private:
+  void run_row_program() const;
   void set_axis(int axis, int64_t trip);
   void trip_range(int axis, int64_t* begin, int64_t* end) const {
     const bc::Axis& ax = p_.axes[axis];
@@ -190,6 +194,7 @@ class BlockRunner {
   int64_t* desc_off_ = desc_off_inline_;
   int64_t active_rows_ = 1;
   int64_t active_cols_ = 1;
+  int64_t band_rows_ = 0;
   // The constant B this runner's tiles last multiplied by (one lookup per launch and thread).
   std::shared_ptr<const vm::PackedWeight> packed_;
   vm::WeightKey packed_key_;
@@ -1321,6 +1326,10 @@ void BlockRunner::run(int64_t block, int64_t next) {
   grid_trips(lp_, block, trip);
   for (size_t a = p_.axes.size(); a-- > 0;)
     if (p_.axes[a].iter == bc::AxisIter::kGrid) set_axis(static_cast<int>(a), trip[a]);
+  if (band_rows_ > 0) {
+    run_row_program();
+    return;
+  }
   Frame stack[bc::kMaxAxes];
   int depth = 0;
   const int32_t n = static_cast<int32_t>(lp_.instrs.size());
@@ -1384,6 +1393,34 @@ void BlockRunner::run(int64_t block, int64_t next) {
 }
 
 std::atomic<bool> g_small_tiles{true};
+
+// The block as one row program: its memory operands and values resolved here, once.
+void BlockRunner::run_row_program() const {
+  constexpr size_t kMax = 32;  // plan_row_program admits no more
+  cpu::RowMem mem[kMax];
+  const float* values[kMax];
+  for (size_t i = 0; i < lp_.row_mem_desc.size(); ++i) {
+    const int d = lp_.row_mem_desc[i];
+    mem[i] = cpu::RowMem{
+        reinterpret_cast<float*>(static_cast<char*>(args_.slots[lp_.desc_slot[d]]) + desc_off_[d]),
+        lp_.desc_rs[d], lp_.desc_cs[d]};
+  }
+  for (size_t i = 0; i < lp_.row_values.size(); ++i) {
+    const int v = lp_.row_values[i];
+    values[i] = v >= 0 ? &p_.consts[v].f32 : &args_.params[-1 - v].f32;
+  }
+  cpu::RowProgramArgs a;
+  a.steps = lp_.row_steps.data();
+  a.num_steps = static_cast<int32_t>(lp_.row_steps.size());
+  a.mem = mem;
+  a.values = values;
+  a.rows = active_rows_;
+  a.cols = active_cols_;
+  a.band_rows = band_rows_;
+  a.regs = reinterpret_cast<float*>(regs_);
+  a.reg_floats = reg_bytes_ / static_cast<int64_t>(sizeof(float));
+  cpu::row_program_f32(a);
+}
 
 // Does the dispatched fma kernel round once (a fused multiply-add)? Targets without FMA
 // (SSE4, scalar) multiply and add with two roundings.
@@ -1524,6 +1561,45 @@ void set_small_tile_path(bool on) {
   g_small_tiles.store(on, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<bool> g_row_programs{true};
+std::atomic<int64_t> g_row_band_bytes{-1};  // -1: the L1 data cache's size
+
+// Rows per band of a launch's row programs; 0: the program runs instruction by instruction
+// (not a row program, turned off, or a streamed launch, whose stores bypass the caches).
+int64_t row_band_rows(const LoadedProgram& lp, const LaunchArgs& args) {
+  if (lp.row_steps.empty() || args.stream_stores || !g_row_programs.load(std::memory_order_relaxed))
+    return 0;
+  int64_t budget = g_row_band_bytes.load(std::memory_order_relaxed);
+  if (budget < 0) {
+    // About L1: bands of fewer rows saved no cache misses but paid more steps (1 thread,
+    // interleaved, 48 KiB L1: add+layernorm rows of 768 at 64K-1M elements 1.05-1.10x
+    // faster at 40 KiB than at 24 KiB and again at 64 KiB than at 40 KiB, 0.80-1.0x at
+    // 128 KiB; softmax and rmsnorm within 2% from 24 to 64 KiB).
+    static const int64_t l1 = [] {
+      const long bytes = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+      return static_cast<int64_t>(bytes > 0 ? bytes : 32 * 1024);
+    }();
+    budget = l1;
+  }
+  // A band's register rows must fit a register (tiles of chain-local values may outgrow it).
+  const int64_t cols = std::max<int64_t>(1, lp.program.axes[lp.col_axis].chunk);
+  const int64_t reg_floats = lp.program.reg_elems * kRegElemBytes / int64_t{sizeof(float)};
+  const int64_t fit = reg_floats / cols;
+  if (fit < 1) return 0;
+  return std::clamp<int64_t>(budget / std::max<int64_t>(lp.row_bytes, 1), 1,
+                             std::min(fit, cpu::kMaxRowBand));
+}
+}  // namespace
+
+void set_row_programs(bool on) {
+  g_row_programs.store(on, std::memory_order_relaxed);
+}
+
+void set_row_band_bytes(int64_t bytes) {
+  g_row_band_bytes.store(bytes, std::memory_order_relaxed);
+}
+
 // The block's chunk of each grid axis (first grid axis slowest, as BlockRunner::run), then
 // each of lp.prefetch_descs' runs of whole rows from there.
 cpu::PrefetchQueue block_prefetch(const LoadedProgram& lp, void* const* slots, int64_t block) {
@@ -1554,7 +1630,7 @@ void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, 
   const bc::Program& p = lp.program;
   char* regs = thread_registers(static_cast<size_t>(std::max(1, p.num_regs)) *
                                 static_cast<size_t>(p.reg_elems) * kRegElemBytes);
-  BlockRunner runner(lp, args, regs);
+  BlockRunner runner(lp, args, regs, row_band_rows(lp, args));
   const bool queue = args.stream_stores && !lp.prefetch_descs.empty();
   for (int64_t b = begin; b < end; ++b) runner.run(b, queue && b + 1 < end ? b + 1 : -1);
   if (queue) cpu::clear_prefetch_queue();
@@ -2110,6 +2186,275 @@ void plan_prefetch(LoadedProgram* lp) {
   if (lp->prefetch_at < 0) lp->prefetch_descs.clear();
 }
 
+// LoadedProgram::row_steps and what goes with them, or nothing: see there for the conditions.
+// A reduction in a chain that runs strip by strip keeps its strips (RowStep::strip), so that
+// every row reduces in the order the instruction-by-instruction path uses.
+constexpr int64_t kMinRowProgramCols = 128;
+
+class RowPlanner {
+ public:
+  explicit RowPlanner(LoadedProgram* lp) : lp_(*lp), prog_(lp->program) {}
+
+  bool plan() {
+    // Rows shorter than kMinRowProgramCols run faster through the tile kernels, which take
+    // many short rows per call (rmsnorm rows of 64: 0.73-0.97x as row programs).
+    if (lp_.row_axis < 0 || lp_.col_axis < 0 || prog_.axes[lp_.col_axis].chunk < kMinRowProgramCols)
+      return false;
+    int64_t chain_end = -1, chain_strip = 0;
+    for (size_t pc = 0; pc < lp_.instrs.size(); ++pc) {
+      const Instr& in = lp_.instrs[pc];
+      if (in.op == bc::Opcode::kChain) {
+        chain_end = static_cast<int64_t>(pc) + bc::chain_length(in.aux);
+        const bool strips = !lp_.chain_direct[pc] && !lp_.chain_sum_exp[pc];
+        chain_strip = strips ? kChainStrip : 0;
+        continue;
+      }
+      cpu::RowStep st;
+      if (!step(in, &st)) return false;
+      if (st.kind == cpu::RowStep::kReduce || st.kind == cpu::RowStep::kDot)
+        st.strip = static_cast<int32_t>(static_cast<int64_t>(pc) <= chain_end ? chain_strip : 0);
+      lp_.row_steps.push_back(st);
+    }
+    const int64_t cols = prog_.axes[lp_.col_axis].chunk;
+    lp_.row_bytes = (full_regs_ + row_mems_) * cols * static_cast<int64_t>(sizeof(float));
+    // Only programs that reduce rows: their later passes reread the rows, which bands keep
+    // in L1; maps alone stream through as well instruction by instruction, in fewer calls.
+    std::vector<cpu::RowStep>& steps = lp_.row_steps;
+    if (std::none_of(steps.begin(), steps.end(), [](const cpu::RowStep& st) {
+          return st.kind == cpu::RowStep::kReduce || st.kind == cpu::RowStep::kDot;
+        }))
+      return false;
+    fuse_map_reduce();
+    fuse_pairs();
+    return true;
+  }
+
+ private:
+  bool step(const Instr& in, cpu::RowStep* st) {
+    using K = cpu::RowStep;
+    if (in.ctype != CType::kF32) return false;
+    st->cls = static_cast<uint8_t>(in.cls);
+    const bool row_reduction = !bc::aux_rows(in.aux) && bc::aux_cols(in.aux) &&
+                               in.cls == TileClass::kFull && in.d.kind == OperandKind::kReg &&
+                               in.d.cls == TileClass::kRow;
+    int fields = 3;
+    if (in.op == bc::Opcode::kLoad || in.op == bc::Opcode::kStore) {
+      if (in.flags != 0) return false;
+      st->kind = K::kCopy;
+      fields = 2;
+    } else if (bc::is_unary(in.op)) {
+      if (ops::is_predicate(bc::unary_of(in.op))) return false;
+      st->kind = K::kUnary;
+      st->op = static_cast<uint8_t>(bc::unary_of(in.op));
+      st->pre = in.flags == bc::kPreAdd ? 1 : in.flags == bc::kPreSub ? 2 : 0;
+      if (in.flags != 0 && st->pre == 0) return false;
+      fields = st->pre != 0 ? 3 : 2;
+    } else if (bc::is_binary(in.op)) {
+      const BinaryOp b = bc::binary_of(in.op);
+      if (in.flags != 0 ||
+          !(b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul ||
+            b == BinaryOp::kDiv || b == BinaryOp::kMaximum || b == BinaryOp::kMinimum))
+        return false;
+      st->kind = K::kBinary;
+      st->op = static_cast<uint8_t>(b);
+    } else if (in.op == bc::Opcode::kFma) {
+      if (in.flags != 0) return false;
+      st->kind = K::kFma;
+      fields = 4;
+    } else if (in.op == bc::Opcode::kFill || in.op == bc::Opcode::kReduce) {
+      const ReduceOp r = bc::aux_reduce_op(in.aux);
+      if (r != ReduceOp::kSum && r != ReduceOp::kMax && r != ReduceOp::kMin) return false;
+      st->kind = in.op == bc::Opcode::kFill ? K::kFill : K::kReduce;
+      st->op = static_cast<uint8_t>(r);
+      if (st->kind == K::kReduce && !row_reduction) return false;
+      fields = st->kind == K::kFill ? 1 : 2;
+    } else if (in.op == bc::Opcode::kReduceDot) {
+      if (!row_reduction) return false;
+      st->kind = K::kDot;
+    } else {
+      return false;
+    }
+    const Operand* src[3] = {&in.a, &in.b, &in.c};
+    const bool reduction = st->kind == K::kReduce || st->kind == K::kDot;
+    if (!operand(in.d, reduction ? TileClass::kRow : in.cls, true, &st->d)) return false;
+    cpu::RowOperand* out[3] = {&st->a, &st->b, &st->c};
+    for (int f = 1; f < fields; ++f) {
+      const Operand& o = *src[f - 1];
+      if (!operand(o, in.cls, false, out[f - 1])) return false;
+      // A column or scalar value is recomputed by every band: it must not read itself.
+      if (!bc::class_has_rows(in.cls) && o.kind == OperandKind::kReg &&
+          in.d.kind == OperandKind::kReg && o.index == in.d.index)
+        return false;
+    }
+    return true;
+  }
+
+  // Maps one operand of an instruction of class `cls`; false where a row program cannot
+  // take it (see RowOperand and row_program.cc's operand rules).
+  bool operand(const Operand& o, TileClass cls, bool dst, cpu::RowOperand* out) {
+    using R = cpu::RowOperand;
+    switch (o.kind) {
+      case OperandKind::kDesc: {
+        if (o.index >= prog_.descs.size() || prog_.descs[o.index].dtype != DType::kF32)
+          return false;
+        const int64_t cs = lp_.desc_cs[o.index], rs = lp_.desc_rs[o.index];
+        if (cs != 0 && cs != 1) return false;
+        if (dst && cls == TileClass::kFull && cs != 1) return false;
+        if (!dst && !lp_.desc_read_only[o.index]) return false;
+        out->kind = R::kMem;
+        out->index = index_of(&lp_.row_mem_desc, o.index);
+        if (cls == TileClass::kFull && rs != 0 && counted_mems_.insert(o.index).second) ++row_mems_;
+        return lp_.row_mem_desc.size() <= kMaxOperands;
+      }
+      case OperandKind::kReg: {
+        static constexpr R::Kind kinds[] = {R::kFull, R::kRow, R::kCol, R::kScalar};
+        out->kind = kinds[static_cast<int>(o.cls)];
+        out->index = static_cast<int16_t>(o.index);
+        // A row step reads rows and scalars, a column step columns and scalars.
+        const bool fits = cls == TileClass::kFull || o.cls == TileClass::kScalar || o.cls == cls;
+        if (!fits || (dst && o.cls != cls)) return false;
+        if (o.cls == TileClass::kFull && counted_regs_.insert(o.index).second) ++full_regs_;
+        return true;
+      }
+      case OperandKind::kConst:
+      case OperandKind::kParam:
+        if (dst) return false;
+        out->kind = R::kValue;
+        out->index =
+            index_of(&lp_.row_values, o.kind == OperandKind::kConst ? o.index : -1 - o.index);
+        return lp_.row_values.size() <= kMaxOperands;
+    }
+    return false;
+  }
+
+  using R = cpu::RowOperand;
+  using K = cpu::RowStep;
+  static bool is_reg(const R& o) {
+    return o.kind == R::kFull || o.kind == R::kRow || o.kind == R::kCol || o.kind == R::kScalar;
+  }
+  static bool reads(const K& st, int reg) {
+    for (const R* o : {&st.a, &st.b, &st.c})
+      if (is_reg(*o) && o->index == reg) return true;
+    return false;
+  }
+  static bool add_sub_mul(uint8_t op) {
+    const auto b = static_cast<BinaryOp>(op);
+    return b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul;
+  }
+  // Is full register `reg` read by no step from `from` on before one writes it?
+  bool dead_from(size_t from, int reg) const {
+    const std::vector<K>& steps = lp_.row_steps;
+    for (size_t k = from; k < steps.size(); ++k) {
+      if (reads(steps[k], reg)) return false;
+      if (is_reg(steps[k].d) && steps[k].d.index == reg) return true;
+    }
+    return true;
+  }
+
+  // A full map followed (a fill of the accumulator between or not) by the row reduction of
+  // its result: one pass (RowStep::red), as BlockRunner::exec_map_reduce runs such pairs;
+  // also an add/sub whose result's exponentials only a sum reads (log-softmax, kRedSumExp:
+  // the exponentials are never stored, as in LoadedProgram::chain_sum_exp).
+  void fuse_map_reduce() {
+    std::vector<K>& steps = lp_.row_steps;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      K& m = steps[i];
+      const bool add_sub = m.kind == K::kBinary && add_sub_mul(m.op) &&
+                           static_cast<BinaryOp>(m.op) != BinaryOp::kMul;
+      const bool mappable = m.kind == K::kCopy || m.kind == K::kFma ||
+                            (m.kind == K::kBinary && add_sub_mul(m.op)) ||
+                            (m.kind == K::kUnary && static_cast<UnaryOp>(m.op) == UnaryOp::kExp);
+      if (!mappable || m.cls != 0 || m.red != K::kNoRed || m.d.kind != R::kFull) continue;
+      const int y = m.d.index;
+      const auto full = [](const R& o, int reg) { return o.kind == R::kFull && o.index == reg; };
+      size_t j = i + 1;
+      int z = -1;  // exp(y)'s register, when only a sum reads it
+      if (add_sub && j < steps.size()) {
+        const K& e = steps[j];
+        if (e.kind == K::kUnary && static_cast<UnaryOp>(e.op) == UnaryOp::kExp && e.pre == 0 &&
+            e.cls == 0 && e.red == K::kNoRed && full(e.a, y) && e.d.kind == R::kFull &&
+            e.d.index != y) {
+          z = e.d.index;
+          ++j;
+        }
+      }
+      const bool fill = j < steps.size() && steps[j].kind == K::kFill;
+      if (fill) ++j;
+      if (j >= steps.size() || steps[j].strip != 0) continue;
+      const K& red = steps[j];
+      const int src = z >= 0 ? z : y;
+      K::Red kind = K::kNoRed;
+      if (red.kind == K::kReduce && full(red.a, src)) {
+        const auto op = static_cast<ReduceOp>(red.op);
+        kind = z >= 0                 ? (op == ReduceOp::kSum ? K::kRedSumExp : K::kNoRed)
+               : op == ReduceOp::kSum ? K::kRedSum
+               : op == ReduceOp::kMax ? K::kRedMax
+                                      : K::kRedMin;
+      } else if (red.kind == K::kDot && z < 0 && full(red.a, y) && full(red.b, y)) {
+        kind = K::kRedSumSquares;
+      }
+      if (kind == K::kNoRed || red.d.index == y || red.d.index == src) continue;
+      if (fill && steps[j - 1].d.index != red.d.index) continue;
+      if (z >= 0 && !dead_from(j + 1, z)) continue;
+      m.red = kind;
+      m.red_init = fill;
+      m.red_d = red.d;
+      steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                  steps.begin() + static_cast<std::ptrdiff_t>(j + 1));
+    }
+  }
+
+  // Two full add/sub/mul steps where the second alone reads the first's result: one pass
+  // (RowStep::kBinary2), as the chains' fused kernels run such pairs.
+  void fuse_pairs() {
+    std::vector<K>& steps = lp_.row_steps;
+    for (size_t i = 0; i + 1 < steps.size(); ++i) {
+      const K& f = steps[i];
+      const K& g = steps[i + 1];
+      const auto plain = [](const K& st) {
+        return st.kind == K::kBinary && add_sub_mul(st.op) && st.cls == 0 && st.red == K::kNoRed;
+      };
+      if (!plain(f) || !plain(g) || f.d.kind != R::kFull) continue;
+      const int y = f.d.index;
+      const auto is_y = [y](const R& o) { return is_reg(o) && o.index == y; };
+      const bool first = is_y(g.a), second = is_y(g.b);
+      if (first == second || (first ? g.a : g.b).kind != R::kFull || !dead_from(i + 2, y)) continue;
+      K fused = g;
+      fused.kind = K::kBinary2;
+      fused.op = f.op;
+      fused.op2 = g.op;
+      fused.pos = first ? 0 : 1;
+      fused.a = f.a;
+      fused.b = f.b;
+      fused.c = first ? g.b : g.a;
+      steps[i] = fused;
+      steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(i + 1));
+    }
+  }
+
+  static int16_t index_of(std::vector<int>* list, int v) {
+    const auto it = std::find(list->begin(), list->end(), v);
+    if (it != list->end()) return static_cast<int16_t>(it - list->begin());
+    list->push_back(v);
+    return static_cast<int16_t>(list->size() - 1);
+  }
+
+  static constexpr size_t kMaxOperands = 32;  // BlockRunner::run_row_program's arrays
+  LoadedProgram& lp_;
+  const bc::Program& prog_;
+  std::set<int> counted_regs_, counted_mems_;
+  int64_t full_regs_ = 0, row_mems_ = 0;
+};
+
+void plan_row_program(LoadedProgram* lp) {
+  if (!RowPlanner(lp).plan()) {
+    lp->row_steps.clear();
+    lp->row_mem_desc.clear();
+    lp->row_values.clear();
+    lp->row_bytes = 0;
+  }
+}
+
 std::shared_ptr<const LoadedProgram> load(bc::Program p) {
   auto lp = std::make_shared<LoadedProgram>();
   lp->program = std::move(p);
@@ -2220,6 +2565,7 @@ std::shared_ptr<const LoadedProgram> load(bc::Program p) {
     lp->trips_per_block = std::min<int64_t>(lp->trips_per_block, int64_t{1} << 31) *
                           std::min<int64_t>(std::max<int64_t>(1, trips), int64_t{1} << 31);
   }
+  plan_row_program(lp.get());
   return lp;
 }
 

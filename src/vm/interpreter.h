@@ -9,6 +9,7 @@
 
 #include "bytecode/format.h"
 #include "bytecode/target.h"
+#include "vm/cpu/row_program.h"
 #include "vm/cpu/tile_kernels.h"
 
 namespace dvm::vm {
@@ -111,6 +112,17 @@ struct LoadedProgram {
   // which read the block from the caches, drain it. Empty when that pass is the last.
   std::vector<int> prefetch_descs;
   int32_t prefetch_at = -1;
+  // Non-empty when every instruction computes row r of its results from row r of its operands
+  // only (no loop, matmul or reduction over rows; no memory read that the program writes; no
+  // column or scalar value updated in place, since each band recomputes those) and is one
+  // that a row program runs (f32 maps, fills, row reductions, f32 loads and stores): a block
+  // that does not stream then runs as one cpu::row_program_f32 call, band of rows by band of
+  // rows (see row_program.h). The memory operands (descriptors) and values (constants c >= 0,
+  // params -1 - p) its steps name, and the bytes a band touches per row, for sizing bands.
+  std::vector<cpu::RowStep> row_steps;
+  std::vector<int> row_mem_desc;
+  std::vector<int> row_values;
+  int64_t row_bytes = 0;
 };
 
 // The memory block `block` of a launch over `slots` reads through lp.prefetch_descs: what a
@@ -147,6 +159,11 @@ void set_stream_threshold_bytes(int64_t bytes);
 // Row, column and scalar f32 instructions of at most 16 elements run in the interpreter
 // (exactly rounded ops only: the same bits as the tile kernels). Tests turn it off to compare.
 void set_small_tile_path(bool on);
+
+// Row programs (LoadedProgram::row_steps) on or off, and the bytes a band may touch (-1: the
+// L1 data cache's size). Tests and benchmarks compare the two ways.
+void set_row_programs(bool on);
+void set_row_band_bytes(int64_t bytes);
 
 // Runs blocks [begin, end) of a verified program on the calling thread.
 void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, int64_t end);

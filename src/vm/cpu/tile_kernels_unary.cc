@@ -10,65 +10,19 @@
 // clang-format on
 
 #include "vm/cpu/tile_kernels-inl.h"
+#include "vm/cpu/unary_ops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace dvm::vm::cpu {
 namespace HWY_NAMESPACE {
 
-// Floor/Ceil/Round/Trunc keep the sign of x (-0 stays -0 also where an emulated target
-// loses it).
-// The vector maps run a tile's blocks (Rows::outer) themselves; the scalar fallbacks split
-// them here.
+// The vector maps (WithUnaryValueOp) run a tile's blocks (Rows::outer) themselves; the scalar
+// fallbacks split them here.
 void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n) {
   const DF d;
   const auto run = [&](auto f) { Map1Rows(d, d, rs, dst, a, ainc, n, f); };
+  if (WithUnaryValueOp(d, op, run)) return;
   switch (op) {
-    case UnaryOp::kNeg:
-      return run([](VF x) { return hn::Neg(x); });
-    case UnaryOp::kAbs:
-      return run([](VF x) { return hn::Abs(x); });
-    case UnaryOp::kExp:
-      return run([d](VF x) DVM_INL { return ExpF(d, x); });
-    case UnaryOp::kLog:
-      return run([d](VF x) DVM_INL { return LogF(d, x); });
-    case UnaryOp::kLog1p:
-      return run([d](VF x) DVM_INL { return Log1pF(d, x); });
-    case UnaryOp::kExpm1:
-      return run([d](VF x) DVM_INL { return Expm1F(d, x); });
-    case UnaryOp::kSqrt:
-      return run([](VF x) { return hn::Sqrt(x); });
-    case UnaryOp::kRsqrt:
-      return run([d](VF x) DVM_INL { return hn::Div(hn::Set(d, 1.0f), hn::Sqrt(x)); });
-    case UnaryOp::kReciprocal:
-      return run([d](VF x) DVM_INL { return hn::Div(hn::Set(d, 1.0f), x); });
-    case UnaryOp::kTanh:
-      return run([d](VF x) DVM_INL { return TanhF(d, x); });
-    case UnaryOp::kSigmoid:
-      return run([d](VF x) DVM_INL { return SigmoidF(d, x); });
-    case UnaryOp::kRelu:
-      return run([d](VF x) DVM_INL { return ReluF(d, x); });
-    case UnaryOp::kGeluErf:
-      return run([d](VF x) DVM_INL { return GeluErfF(d, x); });
-    case UnaryOp::kGeluTanh:
-      return run([d](VF x) DVM_INL { return GeluTanhF(d, x); });
-    case UnaryOp::kSilu:
-      return run([d](VF x) DVM_INL { return hn::Mul(x, SigmoidF(d, x)); });
-    case UnaryOp::kErf:
-      return run([d](VF x) DVM_INL { return ErfF(d, x); });
-    case UnaryOp::kSin:
-      return run([d](VF x) DVM_INL { return SinCosF<true>(d, x); });
-    case UnaryOp::kCos:
-      return run([d](VF x) DVM_INL { return SinCosF<false>(d, x); });
-    case UnaryOp::kFloor:
-      return run([](VF x) { return hn::CopySign(hn::Floor(x), x); });
-    case UnaryOp::kCeil:
-      return run([](VF x) { return hn::CopySign(hn::Ceil(x), x); });
-    case UnaryOp::kRound:
-      return run([](VF x) { return hn::CopySign(hn::Round(x), x); });
-    case UnaryOp::kTrunc:
-      return run([](VF x) { return hn::CopySign(hn::Trunc(x), x); });
-    case UnaryOp::kSign:
-      return run([d](VF x) DVM_INL { return SignF(d, x); });
     case UnaryOp::kIsFinite:
     case UnaryOp::kIsNan:
     case UnaryOp::kLogicalNot:
@@ -79,6 +33,8 @@ void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t
       for (int64_t r = 0; r < rs.rows; ++r)
         for (int64_t i = 0; i < n; ++i)
           dst[r * rs.d + i] = ops::unary_f32(op, a[r * rs.a + (ainc ? i : 0)]);
+      return;
+    default:
       return;
   }
 }

@@ -1,0 +1,532 @@
+// Row programs (see row_program.h), compiled once per Highway target.
+#include "vm/cpu/kernel_targets.h"  // first: before any Highway header
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "vm/cpu/row_program.cc"
+// clang-format off
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+// clang-format on
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "vm/cpu/row_program.h"
+#include "vm/cpu/row_reduce-inl.h"
+#include "vm/cpu/tile_kernels-inl.h"
+#include "vm/cpu/unary_ops-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dvm::vm::cpu {
+namespace HWY_NAMESPACE {
+
+// A source of a run of values: p[0] repeated (inc 0) or p[0], p[1], ... (inc 1).
+struct Src {
+  const float* p;
+  int64_t inc;
+};
+
+// The band being run: block rows [row0, row0 + rows).
+struct Band {
+  const RowProgramArgs& x;
+  int64_t row0, rows;
+  float* reg(int k) const { return x.regs + k * x.reg_floats; }
+};
+
+// Operand o of a row, column or scalar step as a run: element k at p[k * stride]. A row
+// step's element k is band row k; a column step's is column k of the block's first row.
+struct Run {
+  float* p;
+  int64_t stride;
+};
+HWY_INLINE Run VectorOperand(const Band& b, int cls, const RowOperand& o) {
+  switch (o.kind) {
+    case RowOperand::kMem: {
+      const RowMem& m = b.x.mem[o.index];
+      if (cls == 1) return {m.base + b.row0 * m.rs, m.rs};
+      return {m.base, cls == 2 ? m.cs : 0};
+    }
+    case RowOperand::kRow:
+    case RowOperand::kCol:
+      return {b.reg(o.index), 1};
+    case RowOperand::kValue:
+      return {const_cast<float*>(b.x.values[o.index]), 0};
+    default:  // kScalar
+      return {b.reg(o.index), 0};
+  }
+}
+
+// A source as a vector stream: a contiguous source read in place (step N), a broadcast one
+// from a vector of its value (step 0), so that the loops load every source the same way,
+// without a branch per vector.
+struct Stream {
+  HWY_ALIGN float lanes[kMaxLanes];
+  const float* p;
+  int64_t step;  // floats per vector: N or 0
+  Stream(DF d, const Src& s) {
+    if (s.inc) {
+      p = s.p;
+      step = static_cast<int64_t>(hn::Lanes(d));
+    } else {
+      hn::Store(hn::Set(d, s.p[0]), d, lanes);
+      p = lanes;
+      step = 0;
+    }
+  }
+};
+// Vector k of a stream (its pointer and step held in locals by the loops).
+HWY_INLINE VF StreamAt(DF d, const float* p, int64_t step, int64_t k) {
+  return hn::LoadU(d, p + k * step);
+}
+HWY_INLINE VF StreamTail(DF d, const float* p, int64_t step, int64_t m) {
+  return step ? LoadTail(d, p, m) : hn::LoadU(d, p);
+}
+
+// dst[i] = f(a, b, c) over n values.
+template <class F>
+HWY_INLINE void MapRun(DF d, float* dst, Src a, Src b, Src c, int64_t n, F f) {
+  if (n <= 0) return;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const Stream sa(d, a), sb(d, b), sc(d, c);
+  const float *pa = sa.p, *pb = sb.p, *pc = sc.p;
+  const int64_t ka = sa.step, kb = sb.step, kc = sc.step;
+  const auto y = [&](int64_t k) DVM_INL {
+    return f(StreamAt(d, pa, ka, k), StreamAt(d, pb, kb, k), StreamAt(d, pc, kc, k));
+  };
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const VF y0 = y(0), y1 = y(1);
+    hn::StoreU(y0, d, dst + i);
+    hn::StoreU(y1, d, dst + i + N);
+    pa += 2 * ka;
+    pb += 2 * kb;
+    pc += 2 * kc;
+  }
+  if (i + N <= n) {
+    hn::StoreU(y(0), d, dst + i);
+    i += N;
+    pa += ka;
+    pb += kb;
+    pc += kc;
+  }
+  if (i < n) {
+    const int64_t m = n - i;
+    StoreTail(f(StreamTail(d, pa, ka, m), StreamTail(d, pb, kb, m), StreamTail(d, pc, kc, m)), d,
+              dst + i, m);
+  }
+}
+
+// A full step's operand over the band: row r at p + r * rs, its values stepping inc (0, 1).
+struct Lin {
+  const float* p;
+  int64_t rs, inc;
+  Src row(int64_t r) const { return {p + r * rs, inc}; }
+};
+HWY_INLINE Lin FullLin(const Band& b, const RowOperand& o) {
+  switch (o.kind) {
+    case RowOperand::kMem: {
+      const RowMem& m = b.x.mem[o.index];
+      return {m.base + b.row0 * m.rs, m.rs, m.cs};
+    }
+    case RowOperand::kFull:
+      return {b.reg(o.index), b.x.cols, 1};
+    case RowOperand::kRow:
+      return {b.reg(o.index), 1, 0};
+    case RowOperand::kCol:
+      return {b.reg(o.index), 0, 1};
+    case RowOperand::kValue:
+      return {b.x.values[o.index], 0, 0};
+    default:  // kScalar
+      return {b.reg(o.index), 0, 0};
+  }
+}
+
+// Calls run(kb, kc) with std::bool_constant of whether b and c are contiguous, for the forms
+// FullRows takes (each contiguous or one value per row); false otherwise.
+template <class Run>
+HWY_INLINE bool WithRowForms(const Lin& lb, const Lin& lc, Run run) {
+  using T = std::true_type;
+  using F = std::false_type;
+  if (lb.inc && lc.inc) return run(T{}, T{}), true;
+  if (lb.inc) return run(T{}, F{}), true;
+  if (lc.inc) return run(F{}, T{}), true;
+  return run(F{}, F{}), true;
+}
+
+// The rows of a full step whose a is contiguous; b and c contiguous (kB, kC) or one value
+// per row, held in a register for the row (the common forms: x * rstd, (x - mean) * g).
+template <bool kB, bool kC, class F>
+HWY_INLINE void FullRows(DF d, const Lin& ld, const Lin& la, const Lin& lb, const Lin& lc,
+                         int64_t rows, int64_t n, F f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dr = const_cast<float*>(ld.p) + r * ld.rs;
+    const float *ar = la.p + r * la.rs, *br = lb.p + r * lb.rs, *cr = lc.p + r * lc.rs;
+    const VF vb = kB ? hn::Zero(d) : hn::Set(d, br[0]), vc = kC ? hn::Zero(d) : hn::Set(d, cr[0]);
+    const auto y = [&](int64_t i) DVM_INL {
+      return f(hn::LoadU(d, ar + i), kB ? hn::LoadU(d, br + i) : vb,
+               kC ? hn::LoadU(d, cr + i) : vc);
+    };
+    int64_t i = 0;
+    for (; i + 2 * N <= n; i += 2 * N) {
+      const VF y0 = y(i), y1 = y(i + N);
+      hn::StoreU(y0, d, dr + i);
+      hn::StoreU(y1, d, dr + i + N);
+    }
+    if (i + N <= n) {
+      hn::StoreU(y(i), d, dr + i);
+      i += N;
+    }
+    if (i < n) {
+      const int64_t m = n - i;
+      StoreTail(f(LoadTail(d, ar + i, m), kB ? LoadTail(d, br + i, m) : vb,
+                  kC ? LoadTail(d, cr + i, m) : vc),
+                d, dr + i, m);
+    }
+  }
+}
+
+// An elementwise step: f(a, b, c) for each element of its class. Unused operands stand in as
+// a (never null).
+template <class F>
+HWY_NOINLINE void Elementwise(const Band& b, const RowStep& s, F f) {
+  const DF d;
+  const RowOperand& oa = s.a.kind == RowOperand::kNone ? s.d : s.a;  // a fill reads nothing
+  const RowOperand& ob = s.b.kind == RowOperand::kNone ? oa : s.b;
+  const RowOperand& oc = s.c.kind == RowOperand::kNone ? oa : s.c;
+  if (s.cls == 0) {
+    const Lin ld = FullLin(b, s.d), la = FullLin(b, oa), lb = FullLin(b, ob), lc = FullLin(b, oc);
+    if (la.inc && WithRowForms(lb, lc, [&](auto kb, auto kc) {
+          FullRows<decltype(kb)::value, decltype(kc)::value>(d, ld, la, lb, lc, b.rows, b.x.cols,
+                                                             f);
+        }))
+      return;
+    for (int64_t r = 0; r < b.rows; ++r)
+      MapRun(d, const_cast<float*>(ld.row(r).p), la.row(r), lb.row(r), lc.row(r), b.x.cols, f);
+    return;
+  }
+  const int64_t n = s.cls == 1 ? b.rows : s.cls == 2 ? b.x.cols : 1;
+  const Run rd = VectorOperand(b, s.cls, s.d);
+  const Run run[3] = {VectorOperand(b, s.cls, oa), VectorOperand(b, s.cls, ob),
+                      VectorOperand(b, s.cls, oc)};
+  const auto unit = [n](const Run& q) { return n == 1 || q.stride == 0 || q.stride == 1; };
+  if (unit(rd) && (n == 1 || rd.stride == 1) && unit(run[0]) && unit(run[1]) && unit(run[2])) {
+    const auto src = [n](const Run& q) { return Src{q.p, n == 1 ? 1 : q.stride}; };
+    MapRun(d, rd.p, src(run[0]), src(run[1]), src(run[2]), n, f);
+    return;
+  }
+  // A row step over strided memory (a [R, 1] operand of a larger tensor): through buffers.
+  HWY_ALIGN float tmp[4][kMaxRowBand];
+  for (int k = 0; k < 3; ++k)
+    for (int64_t i = 0; i < n; ++i) tmp[k][i] = run[k].p[i * run[k].stride];
+  MapRun(d, tmp[3], Src{tmp[0], 1}, Src{tmp[1], 1}, Src{tmp[2], 1}, n, f);
+  for (int64_t i = 0; i < n; ++i) rd.p[i * rd.stride] = tmp[3][i];
+}
+
+// The reduction a map's pass carries (RowStep::red), as cpu::map_reduce_f32_rows does it:
+// accumulators start at id, fold vectors with step, a row's partial tail vector is padded by
+// tail(live lanes, y), the four accumulators merge pairwise and fold to a float, combined into
+// the accumulator register with `combine`.
+template <class Step, class Merge, class Tail, class Fold>
+struct Reducer {
+  VF id;
+  Step step;
+  Merge merge;
+  Tail tail;
+  Fold fold;
+  ReduceOp combine;
+};
+template <class Step, class Merge, class Tail, class Fold>
+Reducer<Step, Merge, Tail, Fold> MakeReducer(VF id, Step s, Merge m, Tail t, Fold f, ReduceOp op) {
+  return {id, s, m, t, f, op};
+}
+
+template <class Run>
+HWY_INLINE void WithReducer(DF d, RowStep::Red red, Run run) {
+  const auto add = [](VF x, VF y) { return hn::Add(x, y); };
+  const auto mx = [](VF x, VF y) { return NanMax(x, y); };
+  const auto mn = [](VF x, VF y) { return NanMin(x, y); };
+  const auto fold_sum = [d](VF v) { return FoldSum(d, v); };
+  const auto pad = [](VF id) {
+    return [id](auto live, VF y) { return hn::IfThenElse(live, y, id); };
+  };
+  switch (red) {
+    case RowStep::kRedSum: {
+      const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kSum));
+      return run(MakeReducer(id, add, add, pad(id), fold_sum, ReduceOp::kSum));
+    }
+    case RowStep::kRedMax: {
+      const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kMax));
+      return run(MakeReducer(
+          id, mx, mx, pad(id), [d](VF v) { return FoldMax(d, v); }, ReduceOp::kMax));
+    }
+    case RowStep::kRedMin: {
+      const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kMin));
+      return run(MakeReducer(
+          id, mn, mn, pad(id), [d](VF v) { return FoldMin(d, v); }, ReduceOp::kMin));
+    }
+    case RowStep::kRedSumSquares:
+      return run(MakeReducer(
+          hn::Zero(d), [](VF acc, VF y) { return hn::MulAdd(y, y, acc); }, add,
+          [](auto live, VF y) { return hn::IfThenElseZero(live, y); }, fold_sum, ReduceOp::kSum));
+    case RowStep::kRedSumExp:  // lanes past the row add exp(-inf) = 0
+      return run(MakeReducer(
+          hn::Zero(d), [d](VF acc, VF y) DVM_INL { return hn::Add(acc, ExpF(d, y)); }, add,
+          pad(hn::Set(d, -std::numeric_limits<float>::infinity())), fold_sum, ReduceOp::kSum));
+    case RowStep::kNoRed:
+      return;
+  }
+}
+
+// dst[i] = y(i) over n values (a full vector at i; yt(i, m) the first m lanes of the last),
+// returning the reduction of y in MapReduceGrid's order.
+template <class Y, class YT, class Rd>
+HWY_INLINE float MapReduceRow(DF d, float* dst, int64_t n, Y y, YT yt, const Rd& rd) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  VF acc0 = rd.id, acc1 = rd.id, acc2 = rd.id, acc3 = rd.id;
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const VF y0 = y(i), y1 = y(i + N), y2 = y(i + 2 * N), y3 = y(i + 3 * N);
+    hn::StoreU(y0, d, dst + i);
+    hn::StoreU(y1, d, dst + i + N);
+    hn::StoreU(y2, d, dst + i + 2 * N);
+    hn::StoreU(y3, d, dst + i + 3 * N);
+    acc0 = rd.step(acc0, y0);
+    acc1 = rd.step(acc1, y1);
+    acc2 = rd.step(acc2, y2);
+    acc3 = rd.step(acc3, y3);
+  }
+  for (; i + N <= n; i += N) {
+    const VF y0 = y(i);
+    hn::StoreU(y0, d, dst + i);
+    acc0 = rd.step(acc0, y0);
+  }
+  if (i < n) {
+    const int64_t m = n - i;
+    const VF last = yt(i, m);
+    StoreTail(last, d, dst + i, m);
+    acc1 = rd.step(acc1, rd.tail(hn::FirstN(d, static_cast<size_t>(m)), last));
+  }
+  return rd.fold(rd.merge(rd.merge(acc0, acc1), rd.merge(acc2, acc3)));
+}
+
+// A full map step with its result's row reduction (RowStep::red) in the same pass.
+template <class F>
+HWY_NOINLINE void ElementwiseReduce(const Band& b, const RowStep& s, F f) {
+  const DF d;
+  const RowOperand& ob = s.b.kind == RowOperand::kNone ? s.a : s.b;
+  const RowOperand& oc = s.c.kind == RowOperand::kNone ? s.a : s.c;
+  const Lin ld = FullLin(b, s.d), la = FullLin(b, s.a), lb = FullLin(b, ob), lc = FullLin(b, oc);
+  const int64_t n = b.x.cols;
+  WithReducer(d, s.red, [&](const auto& rd) {
+    const float id = reduce_identity<float>(rd.combine);
+    // After the row's map: the map may read the accumulator's old value (s.red_init).
+    const auto combine = [&](int64_t r, float v) {
+      float* acc = b.reg(s.red_d.index) + r;
+      *acc = reduce_combine_f32(rd.combine, s.red_init ? id : *acc, v);
+    };
+    if (la.inc) {  // a contiguous: b and c contiguous or one value per row (FullRows' forms)
+      WithRowForms(lb, lc, [&](auto kb, auto kc) {
+        constexpr bool kB = decltype(kb)::value, kC = decltype(kc)::value;
+        for (int64_t r = 0; r < b.rows; ++r) {
+          const float *ar = la.p + r * la.rs, *br = lb.p + r * lb.rs, *cr = lc.p + r * lc.rs;
+          const VF vb = kB ? hn::Zero(d) : hn::Set(d, br[0]);
+          const VF vc = kC ? hn::Zero(d) : hn::Set(d, cr[0]);
+          const auto y = [&](int64_t i) DVM_INL {
+            return f(hn::LoadU(d, ar + i), kB ? hn::LoadU(d, br + i) : vb,
+                     kC ? hn::LoadU(d, cr + i) : vc);
+          };
+          const auto yt = [&](int64_t i, int64_t m) DVM_INL {
+            return f(LoadTail(d, ar + i, m), kB ? LoadTail(d, br + i, m) : vb,
+                     kC ? LoadTail(d, cr + i, m) : vc);
+          };
+          combine(r, MapReduceRow(d, const_cast<float*>(ld.p) + r * ld.rs, n, y, yt, rd));
+        }
+      });
+      return;
+    }
+    for (int64_t r = 0; r < b.rows; ++r) {
+      const Stream sa(d, la.row(r)), sb(d, lb.row(r)), sc(d, lc.row(r));
+      const auto y = [&](int64_t i) DVM_INL {
+        const int64_t k = i / static_cast<int64_t>(hn::Lanes(d));
+        return f(StreamAt(d, sa.p, sa.step, k), StreamAt(d, sb.p, sb.step, k),
+                 StreamAt(d, sc.p, sc.step, k));
+      };
+      const auto yt = [&](int64_t i, int64_t m) DVM_INL {
+        const int64_t k = i / static_cast<int64_t>(hn::Lanes(d));
+        return f(StreamTail(d, sa.p + k * sa.step, sa.step, m),
+                 StreamTail(d, sb.p + k * sb.step, sb.step, m),
+                 StreamTail(d, sc.p + k * sc.step, sc.step, m));
+      };
+      combine(r, MapReduceRow(d, const_cast<float*>(ld.p) + r * ld.rs, n, y, yt, rd));
+    }
+  });
+}
+
+// A map step, its reduction fused or not.
+template <class F>
+HWY_INLINE void Map(const Band& b, const RowStep& s, F f) {
+  if (s.red != RowStep::kNoRed) return ElementwiseReduce(b, s, f);
+  Elementwise(b, s, f);
+}
+
+template <class F>
+HWY_INLINE void Unary(const Band& b, const RowStep& s, F f) {
+  if (s.pre == 1) {
+    Elementwise(b, s, [f](VF x, VF y, VF) DVM_INL { return f(hn::Add(x, y)); });
+  } else if (s.pre == 2) {
+    Elementwise(b, s, [f](VF x, VF y, VF) DVM_INL { return f(hn::Sub(x, y)); });
+  } else {
+    Elementwise(b, s, [f](VF x, VF, VF) DVM_INL { return f(x); });
+  }
+}
+
+void BinaryStep(const Band& b, const RowStep& s) {
+  if (WithAddSubMul(static_cast<BinaryOp>(s.op),
+                    [&](auto f) { Map(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); }); }))
+    return;
+  const auto run = [&](auto f) {
+    Elementwise(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); });
+  };
+  switch (static_cast<BinaryOp>(s.op)) {
+    case BinaryOp::kDiv:
+      return run([](VF x, VF y) { return hn::Div(x, y); });
+    case BinaryOp::kMaximum:
+      return run([](VF x, VF y) { return NanMax(x, y); });
+    case BinaryOp::kMinimum:
+      return run([](VF x, VF y) { return NanMin(x, y); });
+    default:
+      return;  // the planner admits no other op
+  }
+}
+
+// Each band row of the full operand a reduced (as ReduceRowF32 and DotRowF32 reduce it, part
+// by part when s.strip is set) into the row register d.
+void ReduceStep(const Band& b, const RowStep& s) {
+  const DF d;
+  PrefetchDrain queue(false);
+  const int64_t cols = b.x.cols, part = s.strip > 0 ? s.strip : std::max<int64_t>(cols, 1);
+  const ReduceOp op = static_cast<ReduceOp>(s.op);
+  const float id = reduce_identity<float>(op);
+  const Lin la = FullLin(b, s.a);
+  const auto reduce = [&](auto f, auto fold) {
+    for (int64_t r = 0; r < b.rows; ++r) {
+      const Src a = la.row(r);
+      float* acc = b.reg(s.d.index) + r;
+      for (int64_t c0 = 0; c0 < cols; c0 += part) {
+        const float v = ReduceRowVec<false>(d, a.p + (a.inc ? c0 : 0), static_cast<int>(a.inc),
+                                            std::min(part, cols - c0), id, f, fold, queue);
+        *acc = reduce_combine_f32(op, *acc, v);
+      }
+    }
+  };
+  switch (op) {
+    case ReduceOp::kSum:
+      return reduce([](VF x, VF y) { return hn::Add(x, y); }, [d](VF v) { return FoldSum(d, v); });
+    case ReduceOp::kMax:
+      return reduce([](VF x, VF y) { return NanMax(x, y); }, [d](VF v) { return FoldMax(d, v); });
+    case ReduceOp::kMin:
+      return reduce([](VF x, VF y) { return NanMin(x, y); }, [d](VF v) { return FoldMin(d, v); });
+    default:
+      return;  // the planner admits no other op
+  }
+}
+
+void DotStep(const Band& b, const RowStep& s) {
+  const DF d;
+  PrefetchDrain queue(false);
+  const int64_t cols = b.x.cols, part = s.strip > 0 ? s.strip : std::max<int64_t>(cols, 1);
+  const Lin la = FullLin(b, s.a), lb = FullLin(b, s.b);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const Src x = la.row(r), y = lb.row(r);
+    float* acc = b.reg(s.d.index) + r;
+    const bool square = x.p == y.p && x.inc == y.inc;  // each vector loaded once, as DotRowF32
+    for (int64_t c0 = 0; c0 < cols; c0 += part) {
+      const float* xp = x.p + (x.inc ? c0 : 0);
+      const float* yp = y.p + (y.inc ? c0 : 0);
+      const int xi = static_cast<int>(x.inc), yi = static_cast<int>(y.inc);
+      const int64_t m = std::min(part, cols - c0);
+      if (square) {
+        DotRowOne<true, false>(d, acc, xp, xi, yp, yi, m, queue);
+      } else {
+        DotRowOne<false, false>(d, acc, xp, xi, yp, yi, m, queue);
+      }
+    }
+  }
+}
+
+// d = op2(a op b, c) or op2(c, a op b): add, sub, mul.
+void Binary2Step(const Band& b, const RowStep& s) {
+  WithAddSubMul(static_cast<BinaryOp>(s.op), [&](auto f) {
+    WithAddSubMul(static_cast<BinaryOp>(s.op2), [&](auto g) {
+      if (s.pos == 0) {
+        Elementwise(b, s, [f, g](VF x, VF y, VF z) DVM_INL { return g(f(x, y), z); });
+      } else {
+        Elementwise(b, s, [f, g](VF x, VF y, VF z) DVM_INL { return g(z, f(x, y)); });
+      }
+    });
+  });
+}
+
+void Step(const Band& b, const RowStep& s) {
+  const DF d;
+  switch (s.kind) {
+    case RowStep::kCopy:
+      return Map(b, s, [](VF x, VF, VF) { return x; });
+    case RowStep::kUnary:
+      if (s.red != RowStep::kNoRed) {  // the planner fuses only exp (softmax's numerator)
+        if (s.pre == 1)
+          return ElementwiseReduce(b, s,
+                                   [d](VF x, VF y, VF) DVM_INL { return ExpF(d, hn::Add(x, y)); });
+        if (s.pre == 2)
+          return ElementwiseReduce(b, s,
+                                   [d](VF x, VF y, VF) DVM_INL { return ExpF(d, hn::Sub(x, y)); });
+        return ElementwiseReduce(b, s, [d](VF x, VF, VF) DVM_INL { return ExpF(d, x); });
+      }
+      WithUnaryValueOp(d, static_cast<UnaryOp>(s.op), [&](auto f) { Unary(b, s, f); });
+      return;
+    case RowStep::kBinary2:
+      return Binary2Step(b, s);
+    case RowStep::kBinary:
+      return BinaryStep(b, s);
+    case RowStep::kFma:
+      return Map(b, s, [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
+    case RowStep::kFill: {
+      const VF id = hn::Set(d, reduce_identity<float>(static_cast<ReduceOp>(s.op)));
+      return Elementwise(b, s, [id](VF, VF, VF) { return id; });
+    }
+    case RowStep::kReduce:
+      return ReduceStep(b, s);
+    case RowStep::kDot:
+      return DotStep(b, s);
+  }
+}
+
+void RowProgramF32(const RowProgramArgs& x) {
+  if (x.rows <= 0 || x.cols <= 0) return;
+  // Bands of near-equal rows, each at most x.band_rows.
+  const int64_t band = std::clamp<int64_t>(x.band_rows, 1, kMaxRowBand);
+  const int64_t bands = (x.rows + band - 1) / band;
+  for (int64_t k = 0; k < bands; ++k) {
+    const int64_t r0 = x.rows * k / bands;
+    const Band b{x, r0, x.rows * (k + 1) / bands - r0};
+    for (int32_t i = 0; i < x.num_steps; ++i) Step(b, x.steps[i]);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dvm::vm::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dvm::vm::cpu {
+
+HWY_EXPORT(RowProgramF32);
+
+void row_program_f32(const RowProgramArgs& args) {
+  HWY_DYNAMIC_DISPATCH(RowProgramF32)(args);
+}
+
+}  // namespace dvm::vm::cpu
+#endif  // HWY_ONCE
