@@ -794,14 +794,21 @@ bool ab_one(const Workload& wl, int64_t n, const Knob& knob, const std::vector<i
 // ---- in-process DVM against the plain fused loop ---------------------------------------
 //
 //   vm_suite_bench --vs_fused [--ab_filter=REGEX] [--ab_sizes=N,N] [--ab_threads=T]
-//                  [--ab_rounds=R] [--set=KNOB:V]
+//                  [--ab_rounds=R] [--set=KNOB:V] [--vs_out=FILE]
 //
 // Times each matching workload's DVM kernel and its fused loop alternately over R rounds in
 // this one process, at T threads each. Prints the median times and the median of the
 // per-round ratios fused/DVM (> 1: DVM faster), then their geomean. --set: a knob of --ab at V.
+// --vs_out: the rows also as JSON (bench/run_vs_fused.sh, scripts/perf_report.py).
 
-// One workload at n elements; the median ratio, or -1 when it did not run.
-double vs_fused_one(const Workload& wl, int64_t n, int threads, int rounds) {
+struct VsRow {
+  std::string workload;
+  int64_t elements;
+  double dvm_us, fused_us, ratio;
+};
+
+// One workload at n elements; its row (ratio -1 when it did not run).
+VsRow vs_fused_one(const Workload& wl, int64_t n, int threads, int rounds) {
   Instance w = wl.make(n);
   std::vector<dvm::TensorArg> in, out;
   for (Tensor& t : w.in) in.push_back(t.arg());
@@ -819,7 +826,7 @@ double vs_fused_one(const Workload& wl, int64_t n, int threads, int rounds) {
   if (s.is_ok()) s = ck->run(in, out);
   if (!s.is_ok()) {
     std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), s.to_string().c_str());
-    return -1;
+    return VsRow{wl.name, n, 0, 0, -1};
   }
   Pool pool(threads);
   run_fused(w, pool);
@@ -834,30 +841,53 @@ double vs_fused_one(const Workload& wl, int64_t n, int threads, int rounds) {
     tf.push_back(vm_first ? y : x);
     ratio.push_back(tf.back() / tv.back());
   }
-  const double q = median(ratio);
+  const VsRow row{wl.name, n, median(tv), median(tf), median(ratio)};
   std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", wl.name.c_str(), static_cast<long long>(n),
-              median(tv), median(tf), q);
+              row.dvm_us, row.fused_us, row.ratio);
   std::fflush(stdout);
-  return q;
+  return row;
+}
+
+void write_vs_json(const std::string& path, const std::vector<VsRow>& rows, int threads,
+                   int rounds) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return;
+  }
+  std::fprintf(f, "{\"threads\": %d, \"rounds\": %d, \"rows\": [", threads, rounds);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const VsRow& r = rows[i];
+    std::fprintf(f,
+                 "%s\n  {\"workload\": \"%s\", \"elements\": %lld, \"dvm_us\": %.4f, "
+                 "\"fused_us\": %.4f, \"ratio\": %.4f}",
+                 i ? "," : "", r.workload.c_str(), static_cast<long long>(r.elements), r.dvm_us,
+                 r.fused_us, r.ratio);
+  }
+  std::fprintf(f, "\n]}\n");
+  std::fclose(f);
 }
 
 int run_vs_fused(const std::string& filter, const std::vector<int64_t>& sizes, int threads,
-                 int rounds) {
+                 int rounds, const std::string& out) {
   const std::regex re(filter);
   std::printf("%-20s %9s %10s %10s %7s  (%d thread(s), %d rounds)\n", "workload", "elements",
               "DVM us", "fused us", "fused/DVM", threads, rounds);
   double log_sum = 0;
-  int count = 0;
+  std::vector<VsRow> rows;
   for (const Workload& wl : workloads()) {
     if (!std::regex_search(wl.name, re)) continue;
     for (int64_t n : sizes) {
-      const double q = vs_fused_one(wl, n, threads, rounds);
-      if (q <= 0) return 1;
-      log_sum += std::log(q);
-      ++count;
+      rows.push_back(vs_fused_one(wl, n, threads, rounds));
+      if (rows.back().ratio <= 0) return 1;
+      log_sum += std::log(rows.back().ratio);
     }
   }
-  if (count > 0) std::printf("geomean fused/DVM %.3f over %d\n", std::exp(log_sum / count), count);
+  if (!rows.empty()) {
+    std::printf("geomean fused/DVM %.3f over %zu\n", std::exp(log_sum / double(rows.size())),
+                rows.size());
+  }
+  if (!out.empty()) write_vs_json(out, rows, threads, rounds);
   return 0;
 }
 
@@ -866,6 +896,7 @@ int run_ab(int argc, char** argv) {
   std::vector<int64_t> values, sizes = {int64_t{1} << 16, int64_t{1} << 20};
   int threads = 1, rounds = 15;
   bool vs_fused = false;
+  std::string vs_out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto val = [&](const char* key) {
@@ -886,6 +917,8 @@ int run_ab(int argc, char** argv) {
       rounds = std::atoi(val("--ab_rounds").c_str());
     } else if (a == "--vs_fused") {
       vs_fused = true;
+    } else if (!val("--vs_out").empty()) {
+      vs_out = val("--vs_out");
     } else if (!val("--set").empty()) {
       const std::string v = val("--set");
       const Knob k = tuning_knob(v.substr(0, v.find(':')));
@@ -894,7 +927,7 @@ int run_ab(int argc, char** argv) {
       if (k.set != nullptr) k.set(x);
     }
   }
-  if (vs_fused) return run_vs_fused(filter, sizes, threads, rounds);
+  if (vs_fused) return run_vs_fused(filter, sizes, threads, rounds, vs_out);
   const Knob k = tuning_knob(knob);
   if (!k.valid() || values.size() != 2) {
     std::fprintf(

@@ -756,6 +756,54 @@ def section_weights(path, d):
     return out
 
 
+def section_vs_fused(path, d):
+    """bench/run_vs_fused.sh: each workload's DVM kernel and plain loop alternately, one process."""
+    m = d.get("machine", {})
+    runs = d.get("runs", [])
+    out = [f"- Machine: CPU {m.get('cpu', '?')}, {m.get('cores', '?')} cores, Debian "
+           f"{m.get('debian', '?')}.", f"- Date: {d.get('date', '?')}. Commit: "
+           f"{d.get('commit', '?')}.", "",
+           "The workloads of `vm_suite_bench` (above), each DVM kernel and its plain fused loop "
+           "timed alternately in one process, "
+           + ", ".join(f"{r.get('rounds', '?')} rounds at {r.get('threads', '?')} thread(s)"
+                       for r in runs)
+           + " (each sample ≥ 2 ms of back-to-back calls): the ratios to believe where the "
+           "machine's speed drifts between processes, as it does on these VMs. Cells: fused/DVM, "
+           "the median of the per-round ratios (> 1: DVM faster).", ""]
+    by = {}
+    order = []
+    for r in runs:
+        t = r.get("threads")
+        for row in r.get("rows", []):
+            key = (row["workload"], row["elements"])
+            if key not in by:
+                order.append(key)
+            by.setdefault(key, {})[t] = row
+    threads = [r.get("threads") for r in runs]
+    rows = []
+    for key in order:
+        cells = [key[0], elems(key[1])]
+        for t in threads:
+            row = by[key].get(t)
+            cells += [fmt(row["dvm_us"], 2) if row else "-", fmt(row["fused_us"], 2) if row else "-",
+                      fmt(row["ratio"]) if row else "-"]
+        rows.append(cells)
+    headers = ["workload", "elements"]
+    for t in threads:
+        headers += [f"DVM {t}t µs", f"fused {t}t µs", f"fused/DVM {t}t"]
+    out += table(headers, rows, numeric_from=2)
+    summary = []
+    for t in threads:
+        fair = [by[k][t]["ratio"] for k in order if t in by[k] and k[0] != "f16_gelu"]
+        below = [k for k in order if t in by[k] and k[0] != "f16_gelu" and by[k][t]["ratio"] < 0.8]
+        small = sum(1 for k in below if k[1] <= 4096)
+        summary.append(f"{t} thread(s): geomean {fmt(geomean(fair))} over {len(fair)}, "
+                       f"{len(below)} below 0.8 ({small} of them 4K launches)")
+    out += ["", "Without f16_gelu (its loop converts f16 per element in scalar code): "
+            + "; ".join(summary) + ". Target: geomean ≥ 0.95, none below 0.8."]
+    return out
+
+
 def section_subgraph(path, d):
     m = d.get("machine", {})
     cfgs = d.get("configs", ["eager", "dvm", "inductor"])
@@ -1010,6 +1058,8 @@ PY = [
      section_weights,
      "python3 python/bench/weights_bench.py --sizes-gib 4 --rows 1 16 --dtypes f32 bf16 "
      "--rounds 3 --out bench_results/weights_bench_4gib.json"),
+    ("vm_suite_vs_fused", "VM against plain fused loops, interleaved in one process",
+     section_vs_fused, "bash bench/run_vs_fused.sh [rounds]"),
     ("subgraph_bench", "torch.compile on memory-bound subgraphs: eager, DVM and Inductor",
      section_subgraph,
      "python3 python/bench/subgraph_bench.py [--rounds R] [--threads N] [--no-inductor]"),
