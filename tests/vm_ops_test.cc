@@ -1826,6 +1826,12 @@ TEST(VmRowPrograms, NormsMatchTheInstructionPathBitwise) {
       const auto plain = run(false, -1);
       EXPECT_EQ(run(true, -1), plain) << what << ": row program, default bands";
       EXPECT_EQ(run(true, 1), plain) << what << ": row program, bands of one row";
+      // A launch beyond the last-level cache streams its stores and fetches its sources ahead:
+      // forced here by a threshold of 0 bytes.
+      vm::set_stream_threshold_bytes(0);
+      EXPECT_EQ(run(true, -1), plain) << what << ": row program, streamed";
+      EXPECT_EQ(run(true, 1), plain) << what << ": row program, streamed, bands of one row";
+      vm::set_stream_threshold_bytes(-1);
     }
   }
 }

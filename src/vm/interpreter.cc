@@ -1417,6 +1417,7 @@ void BlockRunner::run_row_program() const {
   a.rows = active_rows_;
   a.cols = active_cols_;
   a.band_rows = band_rows_;
+  a.stream = args_.stream_stores;
   a.regs = reinterpret_cast<float*>(regs_);
   a.reg_floats = reg_bytes_ / static_cast<int64_t>(sizeof(float));
   cpu::row_program_f32(a);
@@ -1566,10 +1567,9 @@ std::atomic<bool> g_row_programs{true};
 std::atomic<int64_t> g_row_band_bytes{-1};  // -1: the L1 data cache's size
 
 // Rows per band of a launch's row programs; 0: the program runs instruction by instruction
-// (not a row program, turned off, or a streamed launch, whose stores bypass the caches).
-int64_t row_band_rows(const LoadedProgram& lp, const LaunchArgs& args) {
-  if (lp.row_steps.empty() || args.stream_stores || !g_row_programs.load(std::memory_order_relaxed))
-    return 0;
+// (not a row program, or turned off).
+int64_t row_band_rows(const LoadedProgram& lp) {
+  if (lp.row_steps.empty() || !g_row_programs.load(std::memory_order_relaxed)) return 0;
   int64_t budget = g_row_band_bytes.load(std::memory_order_relaxed);
   if (budget < 0) {
     // About L1: bands of fewer rows saved no cache misses but paid more steps (1 thread,
@@ -1630,7 +1630,7 @@ void run_blocks(const LoadedProgram& lp, const LaunchArgs& args, int64_t begin, 
   const bc::Program& p = lp.program;
   char* regs = thread_registers(static_cast<size_t>(std::max(1, p.num_regs)) *
                                 static_cast<size_t>(p.reg_elems) * kRegElemBytes);
-  BlockRunner runner(lp, args, regs, row_band_rows(lp, args));
+  BlockRunner runner(lp, args, regs, row_band_rows(lp));
   const bool queue = args.stream_stores && !lp.prefetch_descs.empty();
   for (int64_t b = begin; b < end; ++b) runner.run(b, queue && b + 1 < end ? b + 1 : -1);
   if (queue) cpu::clear_prefetch_queue();

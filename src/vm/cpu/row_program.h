@@ -71,6 +71,9 @@ struct RowProgramArgs {
   const float* const* values = nullptr;  // constants and params
   int64_t rows = 0, cols = 0;            // the block
   int64_t band_rows = 1;                 // rows per band, at most kMaxRowBand
+  // The launch streams its stores (set_stream_stores): full rows stored to memory go around
+  // the caches where they start on a vector boundary.
+  bool stream = false;
   // Register k's buffer: regs + k * reg_floats floats; band_rows * cols floats at least.
   float* regs = nullptr;
   int64_t reg_floats = 0;
