@@ -53,7 +53,8 @@ HWY_INLINE void Ahead(const Band& b, int64_t r) {
   for (uint32_t mask = b.pf; mask != 0; mask &= mask - 1) {
     const RowMem& m = b.x.mem[__builtin_ctz(mask)];
     const float* row = m.base + ahead * m.rs;
-    for (int64_t k = 0; k < cols; k += 16) hwy::Prefetch(row + k);
+    const int64_t n = m.cs == 0 ? 1 : cols;  // a value per row ([R, 1]): one line
+    for (int64_t k = 0; k < n; k += 16) hwy::Prefetch(row + k);
   }
 }
 
@@ -426,19 +427,10 @@ void BinaryStep(const Band& b, const RowStep& s) {
   if (WithAddSubMul(static_cast<BinaryOp>(s.op),
                     [&](auto f) { Map(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); }); }))
     return;
-  const auto run = [&](auto f) {
+  // The planner admits no other op.
+  WithDivMaxMin(static_cast<BinaryOp>(s.op), [&](auto f) {
     Elementwise(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); });
-  };
-  switch (static_cast<BinaryOp>(s.op)) {
-    case BinaryOp::kDiv:
-      return run([](VF x, VF y) { return hn::Div(x, y); });
-    case BinaryOp::kMaximum:
-      return run([](VF x, VF y) { return NanMax(x, y); });
-    case BinaryOp::kMinimum:
-      return run([](VF x, VF y) { return NanMin(x, y); });
-    default:
-      return;  // the planner admits no other op
-  }
+  });
 }
 
 // Each band row of the full operand a reduced (as ReduceRowF32 and DotRowF32 reduce it, part

@@ -109,14 +109,8 @@ void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const
                int64_t n) {
   const DF d;
   const auto run = [&](auto f) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, f); };
-  if (WithAddSubMul(op, run)) return;
+  if (WithAddSubMul(op, run) || WithDivMaxMin(op, run)) return;
   switch (op) {
-    case BinaryOp::kDiv:
-      return run([](VF x, VF y) { return hn::Div(x, y); });
-    case BinaryOp::kMaximum:
-      return run([](VF x, VF y) { return NanMax(x, y); });
-    case BinaryOp::kMinimum:
-      return run([](VF x, VF y) { return NanMin(x, y); });
     case BinaryOp::kPow:
       // pow(x, 2) rounds x*x exactly like the double spec; other exponents: PowRowF32 below.
       if (binc == 0 && rs.b == 0 && (rs.outer == 1 || rs.ob == 0) && b[0] == 2.0f)

@@ -1,5 +1,6 @@
-// The vector math of every value-producing f32 unary op, shared by the tile kernels
-// (tile_kernels_unary.cc) and the row programs (row_program.cc): one list, the same bits.
+// The vector math of every value-producing f32 unary op (and of div, maximum and minimum),
+// shared by the tile kernels (tile_kernels_unary.cc) and the row programs (row_program.cc):
+// one list, the same bits.
 // Per-target inline code: included after tile_kernels-inl.h in a foreach_target file.
 #if defined(DVM_VM_CPU_UNARY_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // NOLINT
 #ifdef DVM_VM_CPU_UNARY_OPS_INL_H_
@@ -72,6 +73,23 @@ HWY_INLINE bool WithUnaryValueOp(DF d, UnaryOp op, Run run) {
       return false;
   }
   return false;
+}
+
+// Calls run(f) with the vector math of div, maximum or minimum (NaN-propagating) and returns
+// true; false for any other op. With WithAddSubMul, the f32 binary ops that the tile kernels
+// and the row programs share.
+template <class Run>
+HWY_INLINE bool WithDivMaxMin(BinaryOp op, Run run) {
+  switch (op) {
+    case BinaryOp::kDiv:
+      return run([](VF x, VF y) { return hn::Div(x, y); }), true;
+    case BinaryOp::kMaximum:
+      return run([](VF x, VF y) { return NanMax(x, y); }), true;
+    case BinaryOp::kMinimum:
+      return run([](VF x, VF y) { return NanMin(x, y); }), true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace HWY_NAMESPACE
