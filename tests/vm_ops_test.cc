@@ -1768,6 +1768,20 @@ TEST(VmRowPrograms, NormsMatchTheInstructionPathBitwise) {
          });
        },
        1, 1, false},
+      // Unary steps with and without a pre-op (add of a column, sub of a row statistic) into
+      // memory and into registers, and a row step's pre-add with a constant.
+      {"unary_norm",
+       [&] {
+         return norm_kernel("unary_norm", [](KernelBuilder& kb, Dim R, Dim C) {
+           Value x = kb.load("x", DType::kF32, {R, C});
+           Value mu = kb.mean(x, {-1}, true);
+           kb.store("t", kb.unary(UnaryOp::kTanh, kb.sub(x, mu)));
+           Value s = kb.unary(UnaryOp::kSigmoid, kb.add(x, kb.load("g", DType::kF32, {C})));
+           Value r = kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, kb.mul(mu, mu), 1.0));
+           kb.store("y", kb.add(kb.mul(s, r), kb.unary(UnaryOp::kErf, x)));
+         });
+       },
+       1, 1, false},
   };
   std::mt19937 rng(211);
   for (const Case& c : cases) {

@@ -2226,6 +2226,7 @@ class RowPlanner {
       return false;
     fuse_map_reduce();
     fuse_pairs();
+    mark_first_reads();
     return true;
   }
 
@@ -2394,6 +2395,10 @@ class RowPlanner {
         kind = K::kRedSumSquares;
       }
       if (kind == K::kNoRed || red.d.index == y || red.d.index == src) continue;
+      const uint32_t carried = m.kind == K::kUnary ? cpu::kExpReductions
+                               : add_sub           ? cpu::kAddSubReductions
+                                                   : cpu::kMapReductions;
+      if (!(carried & cpu::red_bit(kind))) continue;
       if (fill && steps[j - 1].d.index != red.d.index) continue;
       if (z >= 0 && !dead_from(j + 1, z)) continue;
       m.red = kind;
@@ -2429,6 +2434,19 @@ class RowPlanner {
       fused.c = first ? g.b : g.a;
       steps[i] = fused;
       steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(i + 1));
+    }
+  }
+
+  // RowStep::first_reads: the memory sources each step is the first to read.
+  void mark_first_reads() {
+    static_assert(kMaxOperands <= 32, "a bit of first_reads per memory operand");
+    uint32_t seen = 0;
+    for (K& st : lp_.row_steps) {
+      uint32_t reads = 0;
+      for (const R* o : {&st.a, &st.b, &st.c})
+        if (o->kind == R::kMem) reads |= uint32_t{1} << o->index;  // index < kMaxOperands
+      st.first_reads = reads & ~seen;
+      seen |= reads;
     }
   }
 

@@ -142,6 +142,13 @@ HWY_INLINE void MapRun(DF d, float* dst, Src a, Src b, Src c, int64_t n, F f, bo
   }
 }
 
+// MapRun out of line: the call sites of one functor share a copy (each inlined MapRun is four
+// copies of f, and a unary op's f is tens of instructions of vector math).
+template <class F>
+HWY_NOINLINE void MapRunOut(DF d, float* dst, Src a, Src b, Src c, int64_t n, F f, bool nt) {
+  MapRun(d, dst, a, b, c, n, f, nt);
+}
+
 // A full step's operand over the band: row r at p + r * rs, its values stepping inc (0, 1).
 struct Lin {
   const float* p;
@@ -168,15 +175,24 @@ HWY_INLINE Lin FullLin(const Band& b, const RowOperand& o) {
 }
 
 // Calls run(kb, kc) with std::bool_constant of whether b and c are contiguous, for the forms
-// FullRows takes (each contiguous or one value per row); false otherwise.
-template <class Run>
+// FullRows takes (each contiguous or one value per row); false otherwise. A functor of kArgs
+// operands reads no more: an unused b or c is a stand-in for a (Elementwise), so contiguous,
+// and its forms are not instantiated.
+template <int kArgs, class Run>
 HWY_INLINE bool WithRowForms(const Lin& lb, const Lin& lc, Run run) {
   using T = std::true_type;
   using F = std::false_type;
-  if (lb.inc && lc.inc) return run(T{}, T{}), true;
-  if (lb.inc) return run(T{}, F{}), true;
-  if (lc.inc) return run(F{}, T{}), true;
-  return run(F{}, F{}), true;
+  if constexpr (kArgs == 1) {
+    return run(T{}, T{}), true;
+  } else if constexpr (kArgs == 2) {
+    if (lb.inc) return run(T{}, T{}), true;
+    return run(F{}, T{}), true;
+  } else {
+    if (lb.inc && lc.inc) return run(T{}, T{}), true;
+    if (lb.inc) return run(T{}, F{}), true;
+    if (lc.inc) return run(F{}, T{}), true;
+    return run(F{}, F{}), true;
+  }
 }
 
 // The rows of a full step whose a is contiguous; b and c contiguous (kB, kC) or one value
@@ -221,24 +237,18 @@ HWY_INLINE bool StreamsTo(const Band& b, const RowOperand& d) {
   return b.x.stream && d.kind == RowOperand::kMem;
 }
 
-// An elementwise step: f(a, b, c) for each element of its class. Unused operands stand in as
-// a (never null).
-template <class F>
-HWY_NOINLINE void Elementwise(const Band& b, const RowStep& s, F f) {
-  const DF d;
-  const RowOperand& oa = s.a.kind == RowOperand::kNone ? s.d : s.a;  // a fill reads nothing
-  const RowOperand& ob = s.b.kind == RowOperand::kNone ? oa : s.b;
-  const RowOperand& oc = s.c.kind == RowOperand::kNone ? oa : s.c;
+// Calls body(dst, a, b, c, n, nt) over runs of step s's elements that MapRun takes, with
+// operands oa, ob, oc: each band row of a full step, or the one run of a row, column or scalar
+// step (through buffers where a row step reads or writes strided memory).
+template <class Body>
+HWY_INLINE void ForEachRun(const Band& b, const RowStep& s, const RowOperand& oa,
+                           const RowOperand& ob, const RowOperand& oc, Body body) {
   if (s.cls == 0) {
     const Lin ld = FullLin(b, s.d), la = FullLin(b, oa), lb = FullLin(b, ob), lc = FullLin(b, oc);
     const bool nt = StreamsTo(b, s.d);
-    if (la.inc && WithRowForms(lb, lc, [&](auto kb, auto kc) {
-          FullRows<decltype(kb)::value, decltype(kc)::value>(d, b, ld, la, lb, lc, b.x.cols, f, nt);
-        }))
-      return;
     for (int64_t r = 0; r < b.rows; ++r) {
       Ahead(b, r);
-      MapRun(d, const_cast<float*>(ld.row(r).p), la.row(r), lb.row(r), lc.row(r), b.x.cols, f, nt);
+      body(const_cast<float*>(ld.row(r).p), la.row(r), lb.row(r), lc.row(r), b.x.cols, nt);
     }
     return;
   }
@@ -249,15 +259,68 @@ HWY_NOINLINE void Elementwise(const Band& b, const RowStep& s, F f) {
   const auto unit = [n](const Run& q) { return n == 1 || q.stride == 0 || q.stride == 1; };
   if (unit(rd) && (n == 1 || rd.stride == 1) && unit(run[0]) && unit(run[1]) && unit(run[2])) {
     const auto src = [n](const Run& q) { return Src{q.p, n == 1 ? 1 : q.stride}; };
-    MapRun(d, rd.p, src(run[0]), src(run[1]), src(run[2]), n, f);
+    body(rd.p, src(run[0]), src(run[1]), src(run[2]), n, false);
     return;
   }
   // A row step over strided memory (a [R, 1] operand of a larger tensor): through buffers.
   HWY_ALIGN float tmp[4][kMaxRowBand];
   for (int k = 0; k < 3; ++k)
     for (int64_t i = 0; i < n; ++i) tmp[k][i] = run[k].p[i * run[k].stride];
-  MapRun(d, tmp[3], Src{tmp[0], 1}, Src{tmp[1], 1}, Src{tmp[2], 1}, n, f);
+  body(tmp[3], Src{tmp[0], 1}, Src{tmp[1], 1}, Src{tmp[2], 1}, n, false);
   for (int64_t i = 0; i < n; ++i) rd.p[i * rd.stride] = tmp[3][i];
+}
+
+// An elementwise step: f(a, b, c) for each element of its class, f reading its first kArgs
+// operands. Unused operands stand in as a (never null).
+template <int kArgs, class F>
+HWY_NOINLINE void Elementwise(const Band& b, const RowStep& s, F f) {
+  const DF d;
+  const RowOperand& oa = s.a.kind == RowOperand::kNone ? s.d : s.a;  // a fill reads nothing
+  const RowOperand& ob = s.b.kind == RowOperand::kNone ? oa : s.b;
+  const RowOperand& oc = s.c.kind == RowOperand::kNone ? oa : s.c;
+  if (s.cls == 0) {
+    const Lin ld = FullLin(b, s.d), la = FullLin(b, oa), lb = FullLin(b, ob), lc = FullLin(b, oc);
+    const bool nt = StreamsTo(b, s.d);
+    if (la.inc && WithRowForms<kArgs>(lb, lc, [&](auto kb, auto kc) {
+          FullRows<decltype(kb)::value, decltype(kc)::value>(d, b, ld, la, lb, lc, b.x.cols, f, nt);
+        }))
+      return;
+  }
+  ForEachRun(b, s, oa, ob, oc, [&](float* dst, Src x, Src y, Src z, int64_t n, bool nt) {
+    MapRunOut(d, dst, x, y, z, n, f, nt);
+  });
+}
+
+// op(a + b) or op(a - b) (RowStep::pre) for unary f (a functor of one operand, the type of
+// Unary's): the sum into an L1 buffer, a chunk at a time, then f over it. The bits of the one
+// pass (the sum is rounded to f32 either way) for a fraction of its code: a copy of every unary
+// op per operand form and pre-op made this file the build's slowest by far, and the steps are
+// rare in row programs (the common one, a softmax's exp(x - max) with its sum, is fused in
+// Step).
+struct AddOp {
+  VF operator()(VF x, VF y, VF) const { return hn::Add(x, y); }
+};
+struct SubOp {
+  VF operator()(VF x, VF y, VF) const { return hn::Sub(x, y); }
+};
+template <class F>
+HWY_NOINLINE void PreUnary(const Band& b, const RowStep& s, F f) {
+  const DF d;
+  constexpr int64_t kChunk = 512;  // a multiple of every vector: streamed stores stay aligned
+  ForEachRun(b, s, s.a, s.b, s.a, [&](float* dst, Src x, Src y, Src, int64_t n, bool nt) {
+    HWY_ALIGN float t[kChunk];
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - c0);
+      const Src xc{x.p + x.inc * c0, x.inc}, yc{y.p + y.inc * c0, y.inc};
+      if (s.pre == 1) {
+        MapRunOut(d, t, xc, yc, xc, m, AddOp{}, false);
+      } else {
+        MapRunOut(d, t, xc, yc, xc, m, SubOp{}, false);
+      }
+      const Src ts{t, 1};
+      MapRunOut(d, dst + c0, ts, ts, ts, m, f, nt);
+    }
+  });
 }
 
 // The reduction a map's pass carries (RowStep::red), as cpu::map_reduce_f32_rows does it:
@@ -278,7 +341,8 @@ Reducer<Step, Merge, Tail, Fold> MakeReducer(VF id, Step s, Merge m, Tail t, Fol
   return {id, s, m, t, f, op};
 }
 
-template <class Run>
+// Calls run with the reducer of `red`, one of the reductions in kReds (see kMapReductions).
+template <uint32_t kReds, class Run>
 HWY_INLINE void WithReducer(DF d, RowStep::Red red, Run run) {
   const auto add = [](VF x, VF y) { return hn::Add(x, y); };
   const auto mx = [](VF x, VF y) { return NanMax(x, y); };
@@ -289,24 +353,29 @@ HWY_INLINE void WithReducer(DF d, RowStep::Red red, Run run) {
   };
   switch (red) {
     case RowStep::kRedSum: {
+      if constexpr (!(kReds & red_bit(RowStep::kRedSum))) return;
       const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kSum));
       return run(MakeReducer(id, add, add, pad(id), fold_sum, ReduceOp::kSum));
     }
     case RowStep::kRedMax: {
+      if constexpr (!(kReds & red_bit(RowStep::kRedMax))) return;
       const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kMax));
       return run(MakeReducer(
           id, mx, mx, pad(id), [d](VF v) { return FoldMax(d, v); }, ReduceOp::kMax));
     }
     case RowStep::kRedMin: {
+      if constexpr (!(kReds & red_bit(RowStep::kRedMin))) return;
       const VF id = hn::Set(d, reduce_identity<float>(ReduceOp::kMin));
       return run(MakeReducer(
           id, mn, mn, pad(id), [d](VF v) { return FoldMin(d, v); }, ReduceOp::kMin));
     }
     case RowStep::kRedSumSquares:
+      if constexpr (!(kReds & red_bit(RowStep::kRedSumSquares))) return;
       return run(MakeReducer(
           hn::Zero(d), [](VF acc, VF y) { return hn::MulAdd(y, y, acc); }, add,
           [](auto live, VF y) { return hn::IfThenElseZero(live, y); }, fold_sum, ReduceOp::kSum));
     case RowStep::kRedSumExp:  // lanes past the row add exp(-inf) = 0
+      if constexpr (!(kReds & red_bit(RowStep::kRedSumExp))) return;
       return run(MakeReducer(
           hn::Zero(d), [d](VF acc, VF y) DVM_INL { return hn::Add(acc, ExpF(d, y)); }, add,
           pad(hn::Set(d, -std::numeric_limits<float>::infinity())), fold_sum, ReduceOp::kSum));
@@ -350,7 +419,7 @@ HWY_INLINE float MapReduceRow(DF d, float* dst, int64_t n, Y y, YT yt, const Rd&
 }
 
 // A full map step with its result's row reduction (RowStep::red) in the same pass.
-template <class F>
+template <int kArgs, uint32_t kReds, class F>
 HWY_NOINLINE void ElementwiseReduce(const Band& b, const RowStep& s, F f) {
   const DF d;
   const RowOperand& ob = s.b.kind == RowOperand::kNone ? s.a : s.b;
@@ -358,7 +427,7 @@ HWY_NOINLINE void ElementwiseReduce(const Band& b, const RowStep& s, F f) {
   const Lin ld = FullLin(b, s.d), la = FullLin(b, s.a), lb = FullLin(b, ob), lc = FullLin(b, oc);
   const int64_t n = b.x.cols;
   const bool nt = StreamsTo(b, s.d);
-  WithReducer(d, s.red, [&](const auto& rd) {
+  WithReducer<kReds>(d, s.red, [&](const auto& rd) {
     const float id = reduce_identity<float>(rd.combine);
     // After the row's map: the map may read the accumulator's old value (s.red_init).
     const auto combine = [&](int64_t r, float v) {
@@ -366,7 +435,7 @@ HWY_NOINLINE void ElementwiseReduce(const Band& b, const RowStep& s, F f) {
       *acc = reduce_combine_f32(rd.combine, s.red_init ? id : *acc, v);
     };
     if (la.inc) {  // a contiguous: b and c contiguous or one value per row (FullRows' forms)
-      WithRowForms(lb, lc, [&](auto kb, auto kc) {
+      WithRowForms<kArgs>(lb, lc, [&](auto kb, auto kc) {
         constexpr bool kB = decltype(kb)::value, kC = decltype(kc)::value;
         for (int64_t r = 0; r < b.rows; ++r) {
           Ahead(b, r);
@@ -405,32 +474,38 @@ HWY_NOINLINE void ElementwiseReduce(const Band& b, const RowStep& s, F f) {
   });
 }
 
-// A map step, its reduction fused or not.
-template <class F>
+// A map step of kArgs operands, its reduction (one of kReds) fused or not.
+template <int kArgs, uint32_t kReds, class F>
 HWY_INLINE void Map(const Band& b, const RowStep& s, F f) {
-  if (s.red != RowStep::kNoRed) return ElementwiseReduce(b, s, f);
-  Elementwise(b, s, f);
+  if (s.red != RowStep::kNoRed) return ElementwiseReduce<kArgs, kReds>(b, s, f);
+  Elementwise<kArgs>(b, s, f);
 }
 
 template <class F>
 HWY_INLINE void Unary(const Band& b, const RowStep& s, F f) {
-  if (s.pre == 1) {
-    Elementwise(b, s, [f](VF x, VF y, VF) DVM_INL { return f(hn::Add(x, y)); });
-  } else if (s.pre == 2) {
-    Elementwise(b, s, [f](VF x, VF y, VF) DVM_INL { return f(hn::Sub(x, y)); });
-  } else {
-    Elementwise(b, s, [f](VF x, VF, VF) DVM_INL { return f(x); });
-  }
+  const auto g = [f](VF x, VF, VF) DVM_INL { return f(x); };
+  if (s.pre != 0) return PreUnary(b, s, g);
+  Elementwise<1>(b, s, g);
 }
 
 void BinaryStep(const Band& b, const RowStep& s) {
-  if (WithAddSubMul(static_cast<BinaryOp>(s.op),
-                    [&](auto f) { Map(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); }); }))
-    return;
-  // The planner admits no other op.
-  WithDivMaxMin(static_cast<BinaryOp>(s.op), [&](auto f) {
-    Elementwise(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); });
-  });
+  const auto map = [&](auto f, auto reds) {
+    Map<2, decltype(reds)::value>(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); });
+  };
+  using AddSub = std::integral_constant<uint32_t, kAddSubReductions>;
+  using Other = std::integral_constant<uint32_t, kMapReductions>;
+  switch (static_cast<BinaryOp>(s.op)) {
+    case BinaryOp::kAdd:
+      return map([](VF x, VF y) { return hn::Add(x, y); }, AddSub{});
+    case BinaryOp::kSub:
+      return map([](VF x, VF y) { return hn::Sub(x, y); }, AddSub{});
+    case BinaryOp::kMul:
+      return map([](VF x, VF y) { return hn::Mul(x, y); }, Other{});
+    default:  // div, maximum, minimum: the planner admits no other op
+      WithDivMaxMin(static_cast<BinaryOp>(s.op), [&](auto f) {
+        Elementwise<2>(b, s, [f](VF x, VF y, VF) DVM_INL { return f(x, y); });
+      });
+  }
 }
 
 // Each band row of the full operand a reduced (as ReduceRowF32 and DotRowF32 reduce it, part
@@ -495,9 +570,9 @@ void Binary2Step(const Band& b, const RowStep& s) {
   WithAddSubMul(static_cast<BinaryOp>(s.op), [&](auto f) {
     WithAddSubMul(static_cast<BinaryOp>(s.op2), [&](auto g) {
       if (s.pos == 0) {
-        Elementwise(b, s, [f, g](VF x, VF y, VF z) DVM_INL { return g(f(x, y), z); });
+        Elementwise<3>(b, s, [f, g](VF x, VF y, VF z) DVM_INL { return g(f(x, y), z); });
       } else {
-        Elementwise(b, s, [f, g](VF x, VF y, VF z) DVM_INL { return g(z, f(x, y)); });
+        Elementwise<3>(b, s, [f, g](VF x, VF y, VF z) DVM_INL { return g(z, f(x, y)); });
       }
     });
   });
@@ -507,16 +582,17 @@ void Step(const Band& b, const RowStep& s) {
   const DF d;
   switch (s.kind) {
     case RowStep::kCopy:
-      return Map(b, s, [](VF x, VF, VF) { return x; });
+      return Map<1, kMapReductions>(b, s, [](VF x, VF, VF) { return x; });
     case RowStep::kUnary:
       if (s.red != RowStep::kNoRed) {  // the planner fuses only exp (softmax's numerator)
         if (s.pre == 1)
-          return ElementwiseReduce(b, s,
-                                   [d](VF x, VF y, VF) DVM_INL { return ExpF(d, hn::Add(x, y)); });
+          return ElementwiseReduce<2, kExpReductions>(
+              b, s, [d](VF x, VF y, VF) DVM_INL { return ExpF(d, hn::Add(x, y)); });
         if (s.pre == 2)
-          return ElementwiseReduce(b, s,
-                                   [d](VF x, VF y, VF) DVM_INL { return ExpF(d, hn::Sub(x, y)); });
-        return ElementwiseReduce(b, s, [d](VF x, VF, VF) DVM_INL { return ExpF(d, x); });
+          return ElementwiseReduce<2, kExpReductions>(
+              b, s, [d](VF x, VF y, VF) DVM_INL { return ExpF(d, hn::Sub(x, y)); });
+        return ElementwiseReduce<1, kExpReductions>(
+            b, s, [d](VF x, VF, VF) DVM_INL { return ExpF(d, x); });
       }
       WithUnaryValueOp(d, static_cast<UnaryOp>(s.op), [&](auto f) { Unary(b, s, f); });
       return;
@@ -525,10 +601,10 @@ void Step(const Band& b, const RowStep& s) {
     case RowStep::kBinary:
       return BinaryStep(b, s);
     case RowStep::kFma:
-      return Map(b, s, [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
+      return Map<3, kMapReductions>(b, s, [](VF x, VF y, VF z) { return hn::MulAdd(x, y, z); });
     case RowStep::kFill: {
       const VF id = hn::Set(d, reduce_identity<float>(static_cast<ReduceOp>(s.op)));
-      return Elementwise(b, s, [id](VF, VF, VF) { return id; });
+      return Elementwise<1>(b, s, [id](VF, VF, VF) { return id; });
     }
     case RowStep::kReduce:
       return ReduceStep(b, s);
@@ -537,26 +613,8 @@ void Step(const Band& b, const RowStep& s) {
   }
 }
 
-// The memory operands step s reads (its a, b and c).
-uint32_t MemReads(const RowStep& s) {
-  uint32_t mask = 0;
-  for (const RowOperand* o : {&s.a, &s.b, &s.c})
-    if (o->kind == RowOperand::kMem && o->index < 32) mask |= uint32_t{1} << o->index;
-  return mask;
-}
-
 void RowProgramF32(const RowProgramArgs& x) {
   if (x.rows <= 0 || x.cols <= 0) return;
-  // Streamed: each memory source is fetched ahead by the first step that reads it.
-  constexpr int32_t kMaxAheadSteps = 64;
-  uint32_t pf[kMaxAheadSteps] = {};
-  if (x.stream) {
-    uint32_t seen = 0;
-    for (int32_t i = 0; i < std::min(x.num_steps, kMaxAheadSteps); ++i) {
-      pf[i] = MemReads(x.steps[i]) & ~seen;
-      seen |= pf[i];
-    }
-  }
   // Bands of near-equal rows, each at most x.band_rows.
   const int64_t band = std::clamp<int64_t>(x.band_rows, 1, kMaxRowBand);
   const int64_t bands = (x.rows + band - 1) / band;
@@ -564,7 +622,7 @@ void RowProgramF32(const RowProgramArgs& x) {
     const int64_t r0 = x.rows * k / bands;
     Band b{x, r0, x.rows * (k + 1) / bands - r0};
     for (int32_t i = 0; i < x.num_steps; ++i) {
-      b.pf = i < kMaxAheadSteps ? pf[i] : 0;
+      b.pf = x.stream ? x.steps[i].first_reads : 0;  // streamed: fetch rows ahead
       Step(b, x.steps[i]);
     }
   }

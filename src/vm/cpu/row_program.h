@@ -56,7 +56,23 @@ struct RowStep {
   Red red = kNoRed;
   bool red_init = false;
   RowOperand red_d;
+  // The memory operands (bit i: RowProgramArgs::mem[i]) this step is the first to read: in a
+  // streamed launch it fetches their rows ahead (row_program.cc's Ahead).
+  uint32_t first_reads = 0;
 };
+
+// The reductions (bits 1 << RowStep::Red) the pass of a full map step can carry: any map a
+// sum, max, min or sum of squares of its result; an add or sub also the sum of its
+// exponentials (log-softmax's x - max); exp only a sum (softmax's numerator). The planner fuses
+// no other pair and row_program.cc compiles no other: each is a copy of the map's loops.
+constexpr uint32_t red_bit(RowStep::Red r) {
+  return uint32_t{1} << r;
+}
+inline constexpr uint32_t kMapReductions = red_bit(RowStep::kRedSum) | red_bit(RowStep::kRedMax) |
+                                           red_bit(RowStep::kRedMin) |
+                                           red_bit(RowStep::kRedSumSquares);
+inline constexpr uint32_t kAddSubReductions = kMapReductions | red_bit(RowStep::kRedSumExp);
+inline constexpr uint32_t kExpReductions = red_bit(RowStep::kRedSum);
 
 // A memory operand at the block's first row: element (r, c) at base[r * rs + c * cs], cs 0 or 1.
 struct RowMem {
