@@ -697,6 +697,8 @@ Knob tuning_knob(const std::string& name) {
   if (name == "reg_budget_bytes") return {&t.reg_budget_bytes};
   if (name == "row_reg_budget_bytes") return {&t.row_reg_budget_bytes};
   if (name == "long_row_cols") return {&t.long_row_cols};
+  if (name == "blocks_per_thread") return {&t.blocks_per_thread};
+  if (name == "min_block_elems") return {&t.min_block_elems};
   if (name == "small_tiles")
     return {nullptr, [](int64_t v) { dvm::vm::set_small_tile_path(v != 0); }};
   if (name == "row_programs")

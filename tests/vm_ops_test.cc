@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "encoder/stage.h"
 #include "vm/interpreter.h"
 #include "vm_test_util.h"
 
@@ -1874,7 +1875,8 @@ TEST(VmTranspose, TransposedSourcesOfEveryRowCount) {
 // A launch with less work than the target's min_parallel_work runs on one thread, so the
 // encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
 // or for balance between them (each block costs its own dispatch); larger ones are still
-// split for every thread.
+// split for every thread, into up to enc::kBlocksPerThread blocks a thread of at least
+// enc::kMinBlockElems elements.
 TEST(VmTiling, LaunchesTooSmallForThreadsAreNotSplit) {
   KernelBuilder kb("bias_relu_scale");
   Dim R = kb.symbol("R"), C = kb.symbol("C");
@@ -1886,8 +1888,8 @@ TEST(VmTiling, LaunchesTooSmallForThreadsAreNotSplit) {
   std::mt19937 rng(91);
   const int64_t min_work = vm::cpu_target().min_parallel_work;
   ASSERT_GT(min_work, 4096);
-  for (auto [rows, cols] :
-       std::vector<std::pair<int64_t, int64_t>>{{42, 96}, {64, 64}, {200, 160}, {300, 128}}) {
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {42, 96}, {64, 64}, {200, 160}, {300, 128}, {1024, 160}, {1024, 512}}) {
     std::vector<Buffer> in = {make_buffer(DType::kF32, {rows, cols}, rng),
                               make_buffer(DType::kF32, {cols}, rng),
                               make_buffer(DType::kF32, {rows, 1}, rng)};
@@ -1907,7 +1909,13 @@ TEST(VmTiling, LaunchesTooSmallForThreadsAreNotSplit) {
       if (rows * cols < min_work) {
         EXPECT_EQ(grid(threads), one_thread) << what << ", " << threads << " threads";
       } else {
-        EXPECT_GE(grid(threads), 4 * threads) << what << ", " << threads << " threads";
+        const int64_t per_thread = std::clamp<int64_t>(
+            rows * cols / (enc::kMinBlockElems * threads), 1, enc::kBlocksPerThread);
+        const int64_t blocks = grid(threads);
+        EXPECT_GE(blocks, per_thread * threads) << what << ", " << threads << " threads";
+        if (rows * cols >= 4 * enc::kMinBlockElems * threads) {
+          EXPECT_GE(per_thread, 4) << what;  // a large launch keeps the slack
+        }
       }
     }
   }

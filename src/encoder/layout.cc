@@ -370,6 +370,17 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
   }
 }
 
+int64_t Layout::wanted_blocks() const {
+  if (threads <= 1) return 1;
+  const TileTuning& t = tile_tuning();
+  int64_t elems = 1;
+  for (const FinalAxis& a : axes)
+    elems = std::min<int64_t>(elems * std::max<int64_t>(a.extent, 1), int64_t{1} << 40);
+  const int64_t per_thread =
+      t.min_block_elems > 0 ? elems / (t.min_block_elems * threads) : t.blocks_per_thread;
+  return std::clamp<int64_t>(per_thread, 1, t.blocks_per_thread) * threads;
+}
+
 TileTuning& tile_tuning() {
   static TileTuning tuning;
   return tuning;

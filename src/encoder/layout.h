@@ -27,9 +27,9 @@ struct Layout {
   int row = -1, col = -1;
   bool loop_mode = false;
   int threads = 1;  // the thread count the grid is sized for
-  // Blocks the grid should have: 4 per thread, slack to balance their uneven finishing; one
-  // thread needs no more than one block (each costs a dispatch).
-  int64_t wanted_blocks() const { return threads > 1 ? 4 * int64_t{threads} : 1; }
+  // Blocks the grid should have: up to kBlocksPerThread per thread, blocks of at least
+  // kMinBlockElems elements; one thread needs no more than one block (each costs a dispatch).
+  int64_t wanted_blocks() const;
   std::vector<bc::Axis> bc_axes;
 };
 

@@ -43,6 +43,15 @@ inline constexpr int64_t kLongRowCols = 256;
 inline constexpr int64_t kRowRegBudgetBytes = 48 * 1024;
 inline constexpr int64_t kMinLongRowTile = 4;
 
+// Blocks a grid should have per thread (Layout::wanted_blocks): slack for blocks of uneven
+// cost (a tail, a partial tile). But no fewer than kMinBlockElems elements a block where the
+// launch is small: a block costs a dispatch and its operands' setup, ~0.1-0.2 us, a tenth of a
+// 64K-element launch's share of a thread (2 threads, interleaved, 4 blocks a thread against 1 at
+// 64K elements: rotary 1.11-1.18x, mid_sum 1.06-1.17x, broadcasts 1.03-1.07x faster with 1,
+// the rest within 3%; at 256K and 1M elements within 3% either way).
+inline constexpr int64_t kBlocksPerThread = 4;
+inline constexpr int64_t kMinBlockElems = 32768;
+
 // The tile-size constants above as the encoder reads them. Only benchmarks change them, to
 // compare two tilings of one workload in one process (vm_suite_bench --ab); not thread-safe.
 struct TileTuning {
@@ -50,6 +59,8 @@ struct TileTuning {
   int64_t reg_budget_bytes = kRegBudgetBytes;
   int64_t row_reg_budget_bytes = kRowRegBudgetBytes;
   int64_t long_row_cols = kLongRowCols;
+  int64_t blocks_per_thread = kBlocksPerThread;
+  int64_t min_block_elems = kMinBlockElems;
 };
 TileTuning& tile_tuning();
 
