@@ -59,8 +59,11 @@ for t in "${TARGETS[@]}"; do
     -detect_leaks="$leaks" -rss_limit_mb=4096 \
     -jobs="${DVM_JOBS:-2}" -workers="${DVM_JOBS:-2}" -print_final_stats=1 \
     "$corpus" "$ROOT/fuzz/corpus/$t" > "$BUILD/fuzz-$t.log" 2>&1) || status=1
-  grep -h 'stat::number_of_executed_units' "$BUILD"/fuzz-[0-9]*.log "$BUILD/fuzz-$t.log" \
-    2>/dev/null | awk -v t="$t" '{s += $2} END {print "fuzz: " t ": " s " executions"}' || true
+  # The jobs' logs when there are jobs (the main log repeats them), else the main log.
+  logs=("$BUILD"/fuzz-[0-9]*.log)
+  [ -e "${logs[0]}" ] || logs=("$BUILD/fuzz-$t.log")
+  grep -h 'stat::number_of_executed_units' "${logs[@]}" 2>/dev/null |
+    awk -v t="$t" '{s += $2} END {print "fuzz: " t ": " s " executions"}' || true
 done
 ls "$BUILD"/crash-* 2>/dev/null && status=1
 exit "$status"

@@ -123,6 +123,9 @@ struct LoadedProgram {
   std::vector<int> row_mem_desc;
   std::vector<int> row_values;
   int64_t row_bytes = 0;
+  // Of those, the tensors it reads or writes whole rows of (a launch's bytes from memory are
+  // about its work times this many).
+  int64_t row_mems = 0;
 };
 
 // The memory block `block` of a launch over `slots` reads through lp.prefetch_descs: what a
@@ -145,6 +148,9 @@ struct LaunchArgs {
   // Streaming stores for memory results (cpu::set_stream_stores): set by launch() for
   // launches whose work exceeds the streaming threshold.
   bool stream_stores = false;
+  // Row programs fetch their sources' rows ahead (cpu::RowProgramArgs::fetch_ahead): set by
+  // launch() for launches whose work exceeds the row fetch-ahead threshold.
+  bool fetch_ahead = false;
   // Where a block reports an integer division (div, floor_divide, remainder) by zero: the
   // BinaryOp's value + 1 (torch raises there; the spec's result, 0, is still written). May be
   // null: not reported.
@@ -155,6 +161,9 @@ struct LaunchArgs {
 // memory results around the caches. Default: the last-level cache's size. Tests lower it.
 int64_t stream_threshold_bytes();
 void set_stream_threshold_bytes(int64_t bytes);
+// Row programs whose launch reads and writes more bytes of full rows than this fetch their
+// sources ahead (-1: the last-level cache's size, as stream_threshold_bytes).
+void set_row_ahead_threshold_bytes(int64_t bytes);
 
 // Row, column and scalar f32 instructions of at most 16 elements run in the interpreter
 // (exactly rounded ops only: the same bits as the tile kernels). Tests turn it off to compare.

@@ -622,7 +622,7 @@ void RowProgramF32(const RowProgramArgs& x) {
     const int64_t r0 = x.rows * k / bands;
     Band b{x, r0, x.rows * (k + 1) / bands - r0};
     for (int32_t i = 0; i < x.num_steps; ++i) {
-      b.pf = x.stream ? x.steps[i].first_reads : 0;  // streamed: fetch rows ahead
+      b.pf = x.stream || x.fetch_ahead ? x.steps[i].first_reads : 0;
       Step(b, x.steps[i]);
     }
   }

@@ -90,6 +90,9 @@ struct RowProgramArgs {
   // The launch streams its stores (set_stream_stores): full rows stored to memory go around
   // the caches where they start on a vector boundary.
   bool stream = false;
+  // The first step to read each memory source fetches its rows ahead (RowStep::first_reads):
+  // a streamed launch's sources come from DRAM, a launch beyond L2's from the last level.
+  bool fetch_ahead = false;
   // Register k's buffer: regs + k * reg_floats floats; band_rows * cols floats at least.
   float* regs = nullptr;
   int64_t reg_floats = 0;
