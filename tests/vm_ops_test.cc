@@ -1876,6 +1876,54 @@ TEST(VmTranspose, TransposedSourcesOfEveryRowCount) {
   }
 }
 
+// Whether a launch streams its results is decided on the bytes it moves
+// (LoadedProgram::bytes_per_work): every operand walked along the tile's rows and columns,
+// once per tensor at its element size; an operand broadcast along the rows (a norm's weight)
+// does not count; a matmul's work counts multiply-adds, so its programs count nothing.
+TEST(VmStreaming, BytesPerWorkCountsEachFullOperandOnce) {
+  std::mt19937 rng(5);
+  const auto bytes = [&](const Kernel& k, std::vector<Buffer> in, const std::vector<int64_t>& out) {
+    const enc::EncodedKernel ek =
+        encode_for(k, args_of(in), args_of({make_buffer(DType::kF32, out, rng)}));
+    EXPECT_EQ(ek.programs.size(), 1u);
+    return ek.programs.empty() ? int64_t{-1} : vm::load(ek.programs[0])->bytes_per_work;
+  };
+  {
+    KernelBuilder kb("gate");
+    Dim R = kb.symbol("R"), C = kb.symbol("C");
+    Value a = kb.load("a", DType::kF32, {R, C});
+    kb.store("y", kb.mul(kb.unary(UnaryOp::kSilu, a), kb.load("b", DType::kBF16, {R, C})));
+    BUILD(kb, k);
+    EXPECT_EQ(
+        bytes(k,
+              {make_buffer(DType::kF32, {64, 256}, rng), make_buffer(DType::kBF16, {64, 256}, rng)},
+              {64, 256}),
+        4 + 2 + 4);
+  }
+  {
+    KernelBuilder kb("scale_rows");
+    Dim R = kb.symbol("R"), C = kb.symbol("C");
+    Value x = kb.load("x", DType::kF32, {R, C});
+    kb.store("y", kb.mul(kb.add(x, x), kb.load("g", DType::kF32, {C})));
+    BUILD(kb, k);
+    EXPECT_EQ(
+        bytes(k, {make_buffer(DType::kF32, {64, 256}, rng), make_buffer(DType::kF32, {256}, rng)},
+              {64, 256}),
+        8);
+  }
+  {
+    KernelBuilder kb("mm");
+    Dim M = kb.symbol("M");
+    Value x = kb.load("x", DType::kF32, {M, 64});
+    kb.store("y", kb.matmul(x, kb.load("w", DType::kF32, {64, 32})));
+    BUILD(kb, k);
+    EXPECT_EQ(
+        bytes(k, {make_buffer(DType::kF32, {48, 64}, rng), make_buffer(DType::kF32, {64, 32}, rng)},
+              {48, 32}),
+        0);
+  }
+}
+
 // A launch with less work than the target's min_parallel_work runs on one thread, so the
 // encoder keeps it in as few blocks as its tile allows instead of splitting it for threads
 // or for balance between them (each block costs its own dispatch); larger ones are still

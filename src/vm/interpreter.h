@@ -126,6 +126,10 @@ struct LoadedProgram {
   // Of those, the tensors it reads or writes whole rows of (a launch's bytes from memory are
   // about its work times this many).
   int64_t row_mems = 0;
+  // Bytes of memory a unit of work moves: the element sizes summed over the tensors whose
+  // every element the program walks (not those broadcast along the tile's rows); 0 for
+  // programs with matmuls (their work counts multiply-adds, not elements).
+  int64_t bytes_per_work = 0;
 };
 
 // The memory block `block` of a launch over `slots` reads through lp.prefetch_descs: what a
@@ -157,10 +161,12 @@ struct LaunchArgs {
   std::atomic<int>* fault = nullptr;
 };
 
-// Launches with more bytes of work (elements of tiles walked, x 4) than this stream their
-// memory results around the caches. Default: the last-level cache's size. Tests lower it.
+// Launches that move more bytes than this stream their memory results around the caches:
+// their work times LoadedProgram::bytes_per_work (or times 4 where that is 0, or with
+// set_stream_counts_operands(false)). Default: the last-level cache's size. Tests lower it.
 int64_t stream_threshold_bytes();
 void set_stream_threshold_bytes(int64_t bytes);
+void set_stream_counts_operands(bool on);
 // Row programs whose launch reads and writes more bytes of full rows than this fetch their
 // sources ahead (-1: the last-level cache's size, as stream_threshold_bytes).
 void set_row_ahead_threshold_bytes(int64_t bytes);
