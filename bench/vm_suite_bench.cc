@@ -704,6 +704,8 @@ Knob tuning_knob(const std::string& name) {
   if (name == "row_programs")
     return {nullptr, [](int64_t v) { dvm::vm::set_row_programs(v != 0); }};
   if (name == "row_band_bytes") return {nullptr, [](int64_t v) { dvm::vm::set_row_band_bytes(v); }};
+  if (name == "row_block_prefetch")
+    return {nullptr, [](int64_t v) { dvm::vm::set_row_block_prefetch(v != 0); }};
   if (name == "stream_counts_operands")
     return {nullptr, [](int64_t v) { dvm::vm::set_stream_counts_operands(v != 0); }};
   if (name == "row_ahead_threshold_bytes")

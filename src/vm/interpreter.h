@@ -170,6 +170,9 @@ void set_stream_counts_operands(bool on);
 // Row programs whose launch reads and writes more bytes of full rows than this fetch their
 // sources ahead (-1: the last-level cache's size, as stream_threshold_bytes).
 void set_row_ahead_threshold_bytes(int64_t bytes);
+// Row programs of streamed launches fetch the next block's rows into L2 over a block's passes,
+// as the instruction path's kernels do (on by default; benchmarks compare).
+void set_row_block_prefetch(bool on);
 
 // Row, column and scalar f32 instructions of at most 16 elements run in the interpreter
 // (exactly rounded ops only: the same bits as the tile kernels). Tests turn it off to compare.

@@ -33,6 +33,10 @@ struct Band {
   const RowProgramArgs& x;
   int64_t row0, rows;
   uint32_t pf = 0;
+  // The launch's queue of the next block's lines (set_prefetch_queue), drained by drain_steps
+  // Step()s per row of every full step; null when there is none.
+  PrefetchDrain* drain = nullptr;
+  int64_t drain_steps = 0;
   float* reg(int k) const { return x.regs + k * x.reg_floats; }
 };
 
@@ -46,6 +50,7 @@ struct Band {
 // 2 KiB, 0.97x and 0.96x; softmax rows of 128 1.05x, layernorm rows of 256 1.0-1.1x).
 constexpr int64_t kMaxAheadRowBytes = 2048;
 HWY_INLINE void Ahead(const Band& b, int64_t r) {
+  for (int64_t k = 0; k < b.drain_steps; ++k) b.drain->Step();
   const int64_t cols = b.x.cols;
   if (b.pf == 0 || cols * int64_t{sizeof(float)} > kMaxAheadRowBytes) return;
   const int64_t ahead = b.row0 + r + (kPrefetchAhead<float> + cols - 1) / cols;
@@ -613,14 +618,26 @@ void Step(const Band& b, const RowStep& s) {
   }
 }
 
+// Step()s per row of each full step that spread the queued lines (two a Step) over the block.
+int64_t DrainSteps(const RowProgramArgs& x, const PrefetchQueue& q) {
+  int64_t lines = 0;
+  for (int i = q.first; i < q.spans; ++i) lines += (q.end[i] - q.next[i] + 63) / 64;
+  int64_t full = 0;
+  for (int32_t i = 0; i < x.num_steps; ++i) full += x.steps[i].cls == 0;
+  const int64_t row_steps = std::max<int64_t>(1, x.rows * full);
+  return lines == 0 ? 0 : (lines + 2 * row_steps - 1) / (2 * row_steps);
+}
+
 void RowProgramF32(const RowProgramArgs& x) {
   if (x.rows <= 0 || x.cols <= 0) return;
+  PrefetchDrain drain(x.drain_queue);
+  const int64_t drain_steps = x.drain_queue ? DrainSteps(x, g_prefetch) : 0;
   // Bands of near-equal rows, each at most x.band_rows.
   const int64_t band = std::clamp<int64_t>(x.band_rows, 1, kMaxRowBand);
   const int64_t bands = (x.rows + band - 1) / band;
   for (int64_t k = 0; k < bands; ++k) {
     const int64_t r0 = x.rows * k / bands;
-    Band b{x, r0, x.rows * (k + 1) / bands - r0};
+    Band b{x, r0, x.rows * (k + 1) / bands - r0, 0, &drain, drain_steps};
     for (int32_t i = 0; i < x.num_steps; ++i) {
       b.pf = x.stream || x.fetch_ahead ? x.steps[i].first_reads : 0;
       Step(b, x.steps[i]);

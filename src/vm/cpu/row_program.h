@@ -93,6 +93,9 @@ struct RowProgramArgs {
   // The first step to read each memory source fetches its rows ahead (RowStep::first_reads):
   // a streamed launch's sources come from DRAM, a launch beyond L2's from the last level.
   bool fetch_ahead = false;
+  // Drain the launch's prefetch queue (set_prefetch_queue: the next block's lines, to L2)
+  // over this block's full steps, as the tile kernels' passes do.
+  bool drain_queue = false;
   // Register k's buffer: regs + k * reg_floats floats; band_rows * cols floats at least.
   float* regs = nullptr;
   int64_t reg_floats = 0;
