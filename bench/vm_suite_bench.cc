@@ -708,8 +708,6 @@ Knob tuning_knob(const std::string& name) {
     return {nullptr, [](int64_t v) { dvm::vm::set_row_block_prefetch(v != 0); }};
   if (name == "stream_counts_operands")
     return {nullptr, [](int64_t v) { dvm::vm::set_stream_counts_operands(v != 0); }};
-  if (name == "row_ahead_threshold_bytes")
-    return {nullptr, [](int64_t v) { dvm::vm::set_row_ahead_threshold_bytes(v); }};
   if (name == "stream_threshold_bytes")
     return {nullptr, [](int64_t v) { dvm::vm::set_stream_threshold_bytes(v); }};
   return {};

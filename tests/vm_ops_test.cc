@@ -1847,10 +1847,6 @@ TEST(VmRowPrograms, NormsMatchTheInstructionPathBitwise) {
       EXPECT_EQ(run(true, -1), plain) << what << ": row program, streamed";
       EXPECT_EQ(run(true, 1), plain) << what << ": row program, streamed, bands of one row";
       vm::set_stream_threshold_bytes(-1);
-      // A launch from DRAM that does not stream fetches its rows ahead all the same.
-      vm::set_row_ahead_threshold_bytes(0);
-      EXPECT_EQ(run(true, -1), plain) << what << ": row program, rows fetched ahead";
-      vm::set_row_ahead_threshold_bytes(-1);
     }
   }
 }

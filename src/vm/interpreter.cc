@@ -1433,7 +1433,6 @@ void BlockRunner::run_row_program(bool drain_queue) const {
   a.cols = active_cols_;
   a.band_rows = band_rows_;
   a.stream = args_.stream_stores;
-  a.fetch_ahead = args_.fetch_ahead;
   a.drain_queue = drain_queue;
   a.regs = reinterpret_cast<float*>(regs_);
   a.reg_floats = reg_bytes_ / static_cast<int64_t>(sizeof(float));
@@ -1692,19 +1691,6 @@ void set_stream_counts_operands(bool on) {
 }
 
 namespace {
-std::atomic<int64_t> g_row_ahead_threshold{-1};  // -1: the last-level cache's size
-
-int64_t row_ahead_threshold_bytes() {
-  const int64_t t = g_row_ahead_threshold.load(std::memory_order_relaxed);
-  return t >= 0 ? t : last_level_cache_bytes();
-}
-}  // namespace
-
-void set_row_ahead_threshold_bytes(int64_t bytes) {
-  g_row_ahead_threshold.store(bytes, std::memory_order_relaxed);
-}
-
-namespace {
 // Below this much work a launch runs on the calling thread (see bc::Target).
 constexpr int64_t kMinParallelWork = 32768;
 }  // namespace
@@ -1731,14 +1717,6 @@ void launch(const LoadedProgram& lp, const LaunchArgs& args, int num_threads) {
       lp.bytes_per_work > 0 && g_stream_counts_operands.load(std::memory_order_relaxed);
   const double bytes = work * (operands ? static_cast<double>(lp.bytes_per_work) : 4.0);
   streamed.stream_stores = bytes >= static_cast<double>(stream_threshold_bytes());
-  // A row program whose rows come from DRAM (its rows' bytes beyond the last-level cache)
-  // fetches them ahead, streamed or not: its bands' first pass waits on every line otherwise.
-  // From L3 the hardware's prefetchers keep up and the extra fetches cost. Interleaved, AMD
-  // Zen 4, fetching ahead against not, 1 / 2 threads: at 4M elements (48 MiB of rows) softmax
-  // rows of 128 1.15 / 1.34x, rows of 512 1.14 / 1.26x, add+layernorm rows of 256 1.10 /
-  // 1.19x; with an L2-sized threshold, at 256K-1M elements (from L3) 0.75-0.97x.
-  streamed.fetch_ahead = lp.row_mems > 0 && work * 4.0 * static_cast<double>(lp.row_mems) >=
-                                                static_cast<double>(row_ahead_threshold_bytes());
   if (parts <= 1) {
     run_blocks(lp, streamed, 0, grid);
     return;
@@ -2276,7 +2254,6 @@ class RowPlanner {
     }
     const int64_t cols = prog_.axes[lp_.col_axis].chunk;
     lp_.row_bytes = (full_regs_ + row_mems_) * cols * static_cast<int64_t>(sizeof(float));
-    lp_.row_mems = row_mems_;
     // Only programs that reduce rows: their later passes reread the rows, which bands keep
     // in L1; maps alone stream through as well instruction by instruction, in fewer calls.
     std::vector<cpu::RowStep>& steps = lp_.row_steps;
@@ -2548,7 +2525,6 @@ void plan_row_program(LoadedProgram* lp) {
     lp->row_mem_desc.clear();
     lp->row_values.clear();
     lp->row_bytes = 0;
-    lp->row_mems = 0;
   }
 }
 

@@ -123,9 +123,6 @@ struct LoadedProgram {
   std::vector<int> row_mem_desc;
   std::vector<int> row_values;
   int64_t row_bytes = 0;
-  // Of those, the tensors it reads or writes whole rows of (a launch's bytes from memory are
-  // about its work times this many).
-  int64_t row_mems = 0;
   // Bytes of memory a unit of work moves: the element sizes summed over the tensors whose
   // every element the program walks (not those broadcast along the tile's rows); 0 for
   // programs with matmuls (their work counts multiply-adds, not elements).
@@ -152,9 +149,6 @@ struct LaunchArgs {
   // Streaming stores for memory results (cpu::set_stream_stores): set by launch() for
   // launches whose work exceeds the streaming threshold.
   bool stream_stores = false;
-  // Row programs fetch their sources' rows ahead (cpu::RowProgramArgs::fetch_ahead): set by
-  // launch() for launches whose work exceeds the row fetch-ahead threshold.
-  bool fetch_ahead = false;
   // Where a block reports an integer division (div, floor_divide, remainder) by zero: the
   // BinaryOp's value + 1 (torch raises there; the spec's result, 0, is still written). May be
   // null: not reported.
@@ -167,9 +161,6 @@ struct LaunchArgs {
 int64_t stream_threshold_bytes();
 void set_stream_threshold_bytes(int64_t bytes);
 void set_stream_counts_operands(bool on);
-// Row programs whose launch reads and writes more bytes of full rows than this fetch their
-// sources ahead (-1: the last-level cache's size, as stream_threshold_bytes).
-void set_row_ahead_threshold_bytes(int64_t bytes);
 // Row programs of streamed launches fetch the next block's rows into L2 over a block's passes,
 // as the instruction path's kernels do (on by default; benchmarks compare).
 void set_row_block_prefetch(bool on);

@@ -639,7 +639,7 @@ void RowProgramF32(const RowProgramArgs& x) {
     const int64_t r0 = x.rows * k / bands;
     Band b{x, r0, x.rows * (k + 1) / bands - r0, 0, &drain, drain_steps};
     for (int32_t i = 0; i < x.num_steps; ++i) {
-      b.pf = x.stream || x.fetch_ahead ? x.steps[i].first_reads : 0;
+      b.pf = x.stream ? x.steps[i].first_reads : 0;  // streamed: fetch rows ahead
       Step(b, x.steps[i]);
     }
   }

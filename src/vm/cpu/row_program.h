@@ -90,9 +90,6 @@ struct RowProgramArgs {
   // The launch streams its stores (set_stream_stores): full rows stored to memory go around
   // the caches where they start on a vector boundary.
   bool stream = false;
-  // The first step to read each memory source fetches its rows ahead (RowStep::first_reads):
-  // a streamed launch's sources come from DRAM, a launch beyond L2's from the last level.
-  bool fetch_ahead = false;
   // Drain the launch's prefetch queue (set_prefetch_queue: the next block's lines, to L2)
   // over this block's full steps, as the tile kernels' passes do.
   bool drain_queue = false;
