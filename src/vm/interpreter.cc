@@ -2505,6 +2505,8 @@ class RowPlanner {
 // one of its descriptors walks the tile's columns and (where the tile has rows) its rows.
 void plan_bytes_per_work(LoadedProgram* lp) {
   lp->bytes_per_work = 0;
+  for (const bc::Instr& in : lp->instrs)
+    if (in.op == bc::Opcode::kMatMul) return;
   std::vector<int64_t> slot_bytes;
   for (size_t d = 0; d < lp->desc_slot.size(); ++d) {
     const bool full =
@@ -2514,8 +2516,6 @@ void plan_bytes_per_work(LoadedProgram* lp) {
     if (slot_bytes.size() <= slot) slot_bytes.resize(slot + 1, 0);
     slot_bytes[slot] = std::max<int64_t>(slot_bytes[slot], lp->desc_es[d]);
   }
-  for (const bc::Instr& in : lp->instrs)
-    if (in.op == bc::Opcode::kMatMul) return;
   for (int64_t b : slot_bytes) lp->bytes_per_work += b;
 }
 
