@@ -676,7 +676,7 @@ void register_all() {
 // ---- in-process A/B of an encoder tiling knob ----------------------------------------------
 //
 //   vm_suite_bench --ab=KNOB:A,B [--ab_filter=REGEX] [--ab_sizes=N,N] [--ab_threads=T]
-//                  [--ab_rounds=R]
+//                  [--ab_rounds=R] [--ab_chain]
 //
 // Compiles each matching workload twice, with the knob (a dvm::enc::TileTuning field) at A and
 // at B, then times the two kernels in alternation over R rounds in this one process (the
@@ -799,6 +799,86 @@ bool ab_one(const Workload& wl, int64_t n, const Knob& knob, const std::vector<i
   return true;
 }
 
+// ---- a producer -> consumer chain under a knob -------------------------------------------
+//
+//   vm_suite_bench --ab=KNOB:A,B --ab_chain [--ab_sizes=N,N] [--ab_threads=T] [--ab_rounds=R]
+//
+// Three kernels, each reading its producer's output as a model's ops do: y = silu(a) * b,
+// z = rmsnorm(y) * g, w = z + a over [N / 4096, 4096]; one call is the three in turn. Timed
+// like --ab (each knob value's kernels encoded under it, the two alternating round by round):
+// what a single-kernel A/B cannot show, e.g. whether a result streamed around the caches costs
+// its consumer more than the producer saves.
+bool ab_chain(int64_t n, const Knob& knob, const std::vector<int64_t>& values, int threads,
+              int rounds) {
+  const auto set = [&](int v) {
+    if (knob.field != nullptr) *knob.field = values[static_cast<size_t>(v)];
+    if (knob.set != nullptr) knob.set(values[static_cast<size_t>(v)]);
+  };
+  constexpr int64_t kCols = 4096;
+  const int64_t rows = std::max<int64_t>(1, n / kCols);
+  Tensor a = make(DType::kF32, {rows, kCols}, 31, -2, 2),
+         b = make(DType::kF32, {rows, kCols}, 32, -1, 1);
+  Tensor g = make(DType::kF32, {kCols}, 33, 0.5f, 1.5f);
+  Tensor y = make(DType::kF32, {rows, kCols}, 0, 0, 0), z = y, w = y;
+  const auto build = [](int which) {
+    KernelBuilder kb(which == 0 ? "gate" : which == 1 ? "rmsnorm" : "residual");
+    dvm::Dim R = kb.symbol("R");
+    Value x = kb.load("x", DType::kF32, {R, kCols});
+    if (which == 0) {
+      kb.store("y", kb.mul(kb.unary(UnaryOp::kSilu, x), kb.load("b", DType::kF32, {R, kCols})));
+    } else if (which == 1) {
+      Value ms = kb.mean(kb.mul(x, x), {-1}, true);
+      Value r = kb.unary(UnaryOp::kRsqrt, kb.binary(BinaryOp::kAdd, ms, 1e-6));
+      kb.store("y", kb.mul(kb.mul(x, r), kb.load("g", DType::kF32, {kCols})));
+    } else {
+      kb.store("y", kb.add(x, kb.load("b", DType::kF32, {R, kCols})));
+    }
+    return kb.build();
+  };
+  const std::vector<dvm::TensorArg> in[3] = {
+      {a.arg(), b.arg()}, {y.arg(), g.arg()}, {z.arg(), a.arg()}};
+  const std::vector<dvm::TensorArg> out[3] = {{y.arg()}, {z.arg()}, {w.arg()}};
+  std::shared_ptr<dvm::CompiledKernel> ck[2][3];
+  for (int v = 0; v < 2; ++v) {
+    set(v);
+    for (int k = 0; k < 3; ++k) {
+      auto kernel = build(k);
+      dvm::CompileOptions opts;
+      opts.num_threads = threads;
+      dvm::Status st = kernel.status();
+      if (st.is_ok()) {
+        auto c = dvm::CompiledKernel::create(*kernel, opts);
+        st = c.status();
+        if (st.is_ok()) ck[v][k] = std::move(*c);
+      }
+      if (st.is_ok()) st = ck[v][k]->run(in[k], out[k]);  // encodes under the knob
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "chain: %s\n", st.to_string().c_str());
+        return false;
+      }
+    }
+  }
+  std::vector<double> ta, tb, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    const bool a_first = r % 2 == 0;
+    const auto timed = [&](int v) {
+      set(v);
+      return time_calls([&] {
+        for (int k = 0; k < 3; ++k) (void)ck[v][k]->run(in[k], out[k]);
+      });
+    };
+    const double x = timed(a_first ? 0 : 1);
+    const double t = timed(a_first ? 1 : 0);
+    ta.push_back(a_first ? x : t);
+    tb.push_back(a_first ? t : x);
+    ratio.push_back(ta.back() / tb.back());
+  }
+  std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", "chain", static_cast<long long>(rows * kCols),
+              median(ta), median(tb), median(ratio));
+  std::fflush(stdout);
+  return true;
+}
+
 // ---- in-process DVM against the plain fused loop ---------------------------------------
 //
 //   vm_suite_bench --vs_fused [--ab_filter=REGEX] [--ab_sizes=N,N] [--ab_threads=T]
@@ -903,7 +983,7 @@ int run_ab(int argc, char** argv) {
   std::string knob, filter = ".*";
   std::vector<int64_t> values, sizes = {int64_t{1} << 16, int64_t{1} << 20};
   int threads = 1, rounds = 15;
-  bool vs_fused = false;
+  bool vs_fused = false, chain = false;
   std::string vs_out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -925,6 +1005,8 @@ int run_ab(int argc, char** argv) {
       rounds = std::atoi(val("--ab_rounds").c_str());
     } else if (a == "--vs_fused") {
       vs_fused = true;
+    } else if (a == "--ab_chain") {
+      chain = true;
     } else if (!val("--vs_out").empty()) {
       vs_out = val("--vs_out");
     } else if (!val("--set").empty()) {
@@ -949,6 +1031,15 @@ int run_ab(int argc, char** argv) {
   std::printf("%-20s %9s %10s %10s %7s  (%s: A=%lld B=%lld, %d thread(s), %d rounds)\n", "workload",
               "elements", "A us", "B us", "A/B", knob.c_str(), static_cast<long long>(values[0]),
               static_cast<long long>(values[1]), threads, rounds);
+  if (chain) {
+    for (int64_t n : sizes) {
+      const bool ok = ab_chain(n, k, values, threads, rounds);
+      if (k.field != nullptr) *k.field = saved;
+      if (k.set != nullptr) k.set(saved);
+      if (!ok) return 1;
+    }
+    return 0;
+  }
   for (const Workload& wl : workloads()) {
     if (!std::regex_search(wl.name, re)) continue;
     for (int64_t n : sizes) {
