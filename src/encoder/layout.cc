@@ -373,9 +373,13 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
 int64_t Layout::wanted_blocks() const {
   if (threads <= 1) return 1;
   const TileTuning& t = tile_tuning();
+  // The stage's elements, saturating: only their ratio to min_block_elems matters.
+  constexpr int64_t kCap = int64_t{1} << 40;
   int64_t elems = 1;
-  for (const FinalAxis& a : axes)
-    elems = std::min<int64_t>(elems * std::max<int64_t>(a.extent, 1), int64_t{1} << 40);
+  for (const FinalAxis& a : axes) {
+    const int64_t e = std::max<int64_t>(a.extent, 1);
+    elems = e >= kCap / elems ? kCap : elems * e;
+  }
   const int64_t per_thread =
       t.min_block_elems > 0 ? elems / (t.min_block_elems * threads) : t.blocks_per_thread;
   return std::clamp<int64_t>(per_thread, 1, t.blocks_per_thread) * threads;
