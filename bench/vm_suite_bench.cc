@@ -689,6 +689,10 @@ struct Knob {
   int64_t* field = nullptr;
   void (*set)(int64_t) = nullptr;
   bool valid() const { return field != nullptr || set != nullptr; }
+  void apply(int64_t v) const {
+    if (field != nullptr) *field = v;
+    if (set != nullptr) set(v);
+  }
 };
 
 Knob tuning_knob(const std::string& name) {
@@ -750,42 +754,35 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return v;
 }
 
-// One workload at n elements: encodes it with *field at values[0] and at values[1], then
-// times the two alternately over `rounds` rounds and prints a line. False: it did not run.
-bool ab_one(const Workload& wl, int64_t n, const Knob& knob, const std::vector<int64_t>& values,
-            int threads, int rounds) {
-  const auto set = [&](int v) {
-    if (knob.field != nullptr) *knob.field = values[static_cast<size_t>(v)];
-    if (knob.set != nullptr) knob.set(values[static_cast<size_t>(v)]);
-  };
-  Instance w = wl.make(n);
-  std::vector<dvm::TensorArg> in, out;
-  for (Tensor& t : w.in) in.push_back(t.arg());
-  for (Tensor& t : w.out) out.push_back(t.arg());
-  std::shared_ptr<dvm::CompiledKernel> ck[2];
-  for (int v = 0; v < 2; ++v) {
-    set(v);
-    auto kernel = w.build();
+// Compiles `kernel` for `threads` threads into *ck and runs it once on in / out, which encodes
+// it under the knob's current value. False (the error printed, `what` naming it): it failed.
+bool compile_encoded(const std::string& what, const dvm::StatusOr<dvm::Kernel>& kernel, int threads,
+                     const std::vector<dvm::TensorArg>& in, const std::vector<dvm::TensorArg>& out,
+                     std::shared_ptr<dvm::CompiledKernel>* ck) {
+  dvm::Status s = kernel.status();
+  if (s.is_ok()) {
     dvm::CompileOptions opts;
     opts.num_threads = threads;
-    dvm::Status s = kernel.status();
-    if (s.is_ok()) {
-      auto c = dvm::CompiledKernel::create(*kernel, opts);
-      s = c.status();
-      if (s.is_ok()) ck[v] = std::move(*c);
-    }
-    if (s.is_ok()) s = ck[v]->run(in, out);  // the first run encodes, under the knob
-    if (!s.is_ok()) {
-      std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), s.to_string().c_str());
-      return false;
-    }
+    auto c = dvm::CompiledKernel::create(*kernel, opts);
+    s = c.status();
+    if (s.is_ok()) *ck = std::move(*c);
   }
+  if (s.is_ok()) s = (*ck)->run(in, out);
+  if (!s.is_ok()) std::fprintf(stderr, "%s: %s\n", what.c_str(), s.to_string().c_str());
+  return s.is_ok();
+}
+
+// Times side 0 (knob at values[0]) and side 1 alternately over `rounds` rounds, which side
+// goes first alternating too, and prints the medians and the median per-round ratio.
+void alternate(const std::string& what, int64_t n, const Knob& knob,
+               const std::vector<int64_t>& values, int rounds,
+               const std::function<double(int)>& time_side) {
   std::vector<double> ta, tb, ratio;
   for (int r = 0; r < rounds; ++r) {
     const bool a_first = r % 2 == 0;
     const auto timed = [&](int v) {
-      set(v);
-      return time_runs(*ck[v], in, out);
+      knob.apply(values[static_cast<size_t>(v)]);
+      return time_side(v);
     };
     const double x = timed(a_first ? 0 : 1);
     const double y = timed(a_first ? 1 : 0);
@@ -793,9 +790,25 @@ bool ab_one(const Workload& wl, int64_t n, const Knob& knob, const std::vector<i
     tb.push_back(a_first ? y : x);
     ratio.push_back(ta.back() / tb.back());
   }
-  std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", wl.name.c_str(), static_cast<long long>(n),
+  std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", what.c_str(), static_cast<long long>(n),
               median(ta), median(tb), median(ratio));
   std::fflush(stdout);
+}
+
+// One workload at n elements: encodes it with *field at values[0] and at values[1], then
+// times the two alternately over `rounds` rounds and prints a line. False: it did not run.
+bool ab_one(const Workload& wl, int64_t n, const Knob& knob, const std::vector<int64_t>& values,
+            int threads, int rounds) {
+  Instance w = wl.make(n);
+  std::vector<dvm::TensorArg> in, out;
+  for (Tensor& t : w.in) in.push_back(t.arg());
+  for (Tensor& t : w.out) out.push_back(t.arg());
+  std::shared_ptr<dvm::CompiledKernel> ck[2];
+  for (int v = 0; v < 2; ++v) {
+    knob.apply(values[static_cast<size_t>(v)]);
+    if (!compile_encoded(wl.name, w.build(), threads, in, out, &ck[v])) return false;
+  }
+  alternate(wl.name, n, knob, values, rounds, [&](int v) { return time_runs(*ck[v], in, out); });
   return true;
 }
 
@@ -810,10 +823,6 @@ bool ab_one(const Workload& wl, int64_t n, const Knob& knob, const std::vector<i
 // its consumer more than the producer saves.
 bool ab_chain(int64_t n, const Knob& knob, const std::vector<int64_t>& values, int threads,
               int rounds) {
-  const auto set = [&](int v) {
-    if (knob.field != nullptr) *knob.field = values[static_cast<size_t>(v)];
-    if (knob.set != nullptr) knob.set(values[static_cast<size_t>(v)]);
-  };
   constexpr int64_t kCols = 4096;
   const int64_t rows = std::max<int64_t>(1, n / kCols);
   Tensor a = make(DType::kF32, {rows, kCols}, 31, -2, 2),
@@ -840,42 +849,15 @@ bool ab_chain(int64_t n, const Knob& knob, const std::vector<int64_t>& values, i
   const std::vector<dvm::TensorArg> out[3] = {{y.arg()}, {z.arg()}, {w.arg()}};
   std::shared_ptr<dvm::CompiledKernel> ck[2][3];
   for (int v = 0; v < 2; ++v) {
-    set(v);
-    for (int k = 0; k < 3; ++k) {
-      auto kernel = build(k);
-      dvm::CompileOptions opts;
-      opts.num_threads = threads;
-      dvm::Status st = kernel.status();
-      if (st.is_ok()) {
-        auto c = dvm::CompiledKernel::create(*kernel, opts);
-        st = c.status();
-        if (st.is_ok()) ck[v][k] = std::move(*c);
-      }
-      if (st.is_ok()) st = ck[v][k]->run(in[k], out[k]);  // encodes under the knob
-      if (!st.is_ok()) {
-        std::fprintf(stderr, "chain: %s\n", st.to_string().c_str());
-        return false;
-      }
-    }
+    knob.apply(values[static_cast<size_t>(v)]);
+    for (int k = 0; k < 3; ++k)
+      if (!compile_encoded("chain", build(k), threads, in[k], out[k], &ck[v][k])) return false;
   }
-  std::vector<double> ta, tb, ratio;
-  for (int r = 0; r < rounds; ++r) {
-    const bool a_first = r % 2 == 0;
-    const auto timed = [&](int v) {
-      set(v);
-      return time_calls([&] {
-        for (int k = 0; k < 3; ++k) (void)ck[v][k]->run(in[k], out[k]);
-      });
-    };
-    const double x = timed(a_first ? 0 : 1);
-    const double t = timed(a_first ? 1 : 0);
-    ta.push_back(a_first ? x : t);
-    tb.push_back(a_first ? t : x);
-    ratio.push_back(ta.back() / tb.back());
-  }
-  std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", "chain", static_cast<long long>(rows * kCols),
-              median(ta), median(tb), median(ratio));
-  std::fflush(stdout);
+  alternate("chain", rows * kCols, knob, values, rounds, [&](int v) {
+    return time_calls([&] {
+      for (int k = 0; k < 3; ++k) (void)ck[v][k]->run(in[k], out[k]);
+    });
+  });
   return true;
 }
 
@@ -1013,8 +995,7 @@ int run_ab(int argc, char** argv) {
       const std::string v = val("--set");
       const Knob k = tuning_knob(v.substr(0, v.find(':')));
       const int64_t x = std::atoll(v.substr(v.find(':') + 1).c_str());
-      if (k.field != nullptr) *k.field = x;
-      if (k.set != nullptr) k.set(x);
+      k.apply(x);
     }
   }
   if (vs_fused) return run_vs_fused(filter, sizes, threads, rounds, vs_out);
@@ -1022,8 +1003,7 @@ int run_ab(int argc, char** argv) {
   if (!k.valid() || values.size() != 2) {
     std::fprintf(
         stderr,
-        "--ab=KNOB:A,B with KNOB a dvm::enc::TileTuning field, small_tiles, row_programs or "
-        "row_band_bytes\n");
+        "--ab=KNOB:A,B with KNOB a dvm::enc::TileTuning field or a VM setting (tuning_knob)\n");
     return 1;
   }
   const int64_t saved = k.field != nullptr ? *k.field : 1;
@@ -1034,8 +1014,7 @@ int run_ab(int argc, char** argv) {
   if (chain) {
     for (int64_t n : sizes) {
       const bool ok = ab_chain(n, k, values, threads, rounds);
-      if (k.field != nullptr) *k.field = saved;
-      if (k.set != nullptr) k.set(saved);
+      k.apply(saved);
       if (!ok) return 1;
     }
     return 0;
@@ -1044,8 +1023,7 @@ int run_ab(int argc, char** argv) {
     if (!std::regex_search(wl.name, re)) continue;
     for (int64_t n : sizes) {
       const bool ok = ab_one(wl, n, k, values, threads, rounds);
-      if (k.field != nullptr) *k.field = saved;
-      if (k.set != nullptr) k.set(saved);
+      k.apply(saved);
       if (!ok) return 1;
     }
   }
