@@ -875,6 +875,10 @@ struct VsRow {
   std::string workload;
   int64_t elements;
   double dvm_us, fused_us, ratio;
+  // The same kernel through a prepared launch (CompiledKernel::run_launch, what the graph
+  // executor calls per kernel): run()'s per-call binding (argument checks, the shape key's
+  // lookup, the overlap proof) left out.
+  double launch_us = 0, launch_ratio = 0;
 };
 
 // One workload at n elements; its row (ratio -1 when it did not run).
@@ -898,22 +902,38 @@ VsRow vs_fused_one(const Workload& wl, int64_t n, int threads, int rounds) {
     std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), s.to_string().c_str());
     return VsRow{wl.name, n, 0, 0, -1};
   }
+  auto launch = ck->prepare_launch(in, out);
+  if (!launch.status().is_ok()) {
+    std::fprintf(stderr, "%s: %s\n", wl.name.c_str(), launch.status().to_string().c_str());
+    return VsRow{wl.name, n, 0, 0, -1};
+  }
+  std::vector<void*> data;
+  for (const dvm::TensorArg& t : in) data.push_back(t.data);
+  for (const dvm::TensorArg& t : out) data.push_back(t.data);
   Pool pool(threads);
   run_fused(w, pool);
-  std::vector<double> tv, tf, ratio;
+  std::vector<double> tv, tf, tl, ratio, lratio;
   for (int r = 0; r < rounds; ++r) {
-    const auto vm = [&] { return time_runs(*ck, in, out); };
-    const auto loop = [&] { return time_calls([&] { run_fused(w, pool); }); };
-    const bool vm_first = r % 2 == 0;
-    const double x = vm_first ? vm() : loop();
-    const double y = vm_first ? loop() : vm();
-    tv.push_back(vm_first ? x : y);
-    tf.push_back(vm_first ? y : x);
-    ratio.push_back(tf.back() / tv.back());
+    // Three sides, each round in a rotated order: none is always first after the others.
+    double t[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) {
+      const int side = (r + k) % 3;
+      if (side == 0) t[0] = time_runs(*ck, in, out);
+      if (side == 1) t[1] = time_calls([&] { run_fused(w, pool); });
+      if (side == 2) t[2] = time_calls([&] { (void)ck->run_launch(**launch, data); });
+    }
+    tv.push_back(t[0]);
+    tf.push_back(t[1]);
+    tl.push_back(t[2]);
+    ratio.push_back(t[1] / t[0]);
+    lratio.push_back(t[1] / t[2]);
   }
-  const VsRow row{wl.name, n, median(tv), median(tf), median(ratio)};
-  std::printf("%-20s %9lld %10.2f %10.2f %7.3f\n", wl.name.c_str(), static_cast<long long>(n),
-              row.dvm_us, row.fused_us, row.ratio);
+  VsRow row{wl.name, n, median(tv), median(tf), median(ratio)};
+  row.launch_us = median(tl);
+  row.launch_ratio = median(lratio);
+  std::printf("%-20s %9lld %10.2f %10.2f %7.3f %10.2f %7.3f\n", wl.name.c_str(),
+              static_cast<long long>(n), row.dvm_us, row.fused_us, row.ratio, row.launch_us,
+              row.launch_ratio);
   std::fflush(stdout);
   return row;
 }
@@ -930,9 +950,10 @@ void write_vs_json(const std::string& path, const std::vector<VsRow>& rows, int 
     const VsRow& r = rows[i];
     std::fprintf(f,
                  "%s\n  {\"workload\": \"%s\", \"elements\": %lld, \"dvm_us\": %.4f, "
-                 "\"fused_us\": %.4f, \"ratio\": %.4f}",
+                 "\"fused_us\": %.4f, \"ratio\": %.4f, \"launch_us\": %.4f, "
+                 "\"launch_ratio\": %.4f}",
                  i ? "," : "", r.workload.c_str(), static_cast<long long>(r.elements), r.dvm_us,
-                 r.fused_us, r.ratio);
+                 r.fused_us, r.ratio, r.launch_us, r.launch_ratio);
   }
   std::fprintf(f, "\n]}\n");
   std::fclose(f);
@@ -941,9 +962,10 @@ void write_vs_json(const std::string& path, const std::vector<VsRow>& rows, int 
 int run_vs_fused(const std::string& filter, const std::vector<int64_t>& sizes, int threads,
                  int rounds, const std::string& out) {
   const std::regex re(filter);
-  std::printf("%-20s %9s %10s %10s %7s  (%d thread(s), %d rounds)\n", "workload", "elements",
-              "DVM us", "fused us", "fused/DVM", threads, rounds);
-  double log_sum = 0;
+  std::printf("%-20s %9s %10s %10s %7s %10s %7s  (%d thread(s), %d rounds)\n", "workload",
+              "elements", "DVM us", "fused us", "fused/DVM", "launch us", "f/launch", threads,
+              rounds);
+  double log_sum = 0, log_launch = 0;
   std::vector<VsRow> rows;
   for (const Workload& wl : workloads()) {
     if (!std::regex_search(wl.name, re)) continue;
@@ -951,10 +973,12 @@ int run_vs_fused(const std::string& filter, const std::vector<int64_t>& sizes, i
       rows.push_back(vs_fused_one(wl, n, threads, rounds));
       if (rows.back().ratio <= 0) return 1;
       log_sum += std::log(rows.back().ratio);
+      log_launch += std::log(rows.back().launch_ratio);
     }
   }
   if (!rows.empty()) {
-    std::printf("geomean fused/DVM %.3f over %zu\n", std::exp(log_sum / double(rows.size())),
+    std::printf("geomean fused/DVM %.3f (prepared launches %.3f) over %zu\n",
+                std::exp(log_sum / double(rows.size())), std::exp(log_launch / double(rows.size())),
                 rows.size());
   }
   if (!out.empty()) write_vs_json(out, rows, threads, rounds);

@@ -18,6 +18,12 @@ struct Target {
   // contraction length for matmuls) runs on one thread: splitting such a stage into blocks
   // for threads only multiplies the per-block overhead. 0: every launch may be split.
   int64_t min_parallel_work = 0;
+  // The target runs a block of f32 row-wise work (maps, row reductions, f32 loads and stores)
+  // band of rows by band of rows, each band through the whole program while it stays in the
+  // target's L1 (the CPU VM's row programs). Such a program's tile size then sets only how
+  // many blocks there are, not where its registers live, so tiles of rows reduced along
+  // long columns need not shrink to the L1 budget (TileTuning::row_reg_budget_bytes).
+  bool banded_row_programs = false;
 };
 
 }  // namespace dvm::bc

@@ -10,8 +10,9 @@ namespace dvm::enc {
 
 class Emitter {
  public:
-  Emitter(const ir::KernelDef& def, const ir::Binding& b, Stage& st, Layout& L, int num_slots)
-      : def_(def), b_(b), st_(st), L_(L) {
+  Emitter(const ir::KernelDef& def, const ir::Binding& b, Stage& st, Layout& L, int num_slots,
+          const bc::Target& target)
+      : def_(def), b_(b), st_(st), L_(L), target_(target) {
     prog_.num_slots = num_slots;
     prog_.num_params = static_cast<int>(def.param_names.size());
     vreg_.assign(st.insts.size(), -1);
@@ -20,6 +21,11 @@ class Emitter {
   }
 
   Status emit();
+  // Is every instruction f32 row-wise work a target with banded_row_programs runs band by
+  // band (f32 memory; maps, fills, fmas, sum/max/min row reductions and dots; no matmul)?
+  // The VM's planner (vm::load) has the last word; a program it declines runs with larger
+  // tiles than the L1 budget, as rows shorter than long_row_cols always do.
+  bool bandable() const;
   bc::Program& program() { return prog_; }
   int64_t bytes_moved() const { return bytes_; }
 
@@ -76,6 +82,7 @@ class Emitter {
   const ir::Binding& b_;
   Stage& st_;
   Layout& L_;
+  const bc::Target& target_;
   bc::Program prog_;
   std::vector<bc::Instr> code_;
   std::vector<int> vreg_;    // inst -> vreg holding its value in the current scope

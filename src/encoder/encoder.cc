@@ -44,7 +44,7 @@ Status Encoder::emit_stage(int stage, EncodedKernel* out) {
   fold_axes(st, sets, ref, &L);
   choose_tiling(&L, *opt_.target, opt_.num_threads, st.partial, sets);
   int num_slots = static_cast<int>(inputs_.size() + outputs_.size() + workspaces_.size());
-  Emitter em(def_, b_, st, L, num_slots);
+  Emitter em(def_, b_, st, L, num_slots, *opt_.target);
   DVM_RETURN_IF_ERROR(em.emit());
   bc::Program& prog = em.program();
   prog.name = def_.name + "#" + std::to_string(out->programs.size());

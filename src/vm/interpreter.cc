@@ -2653,6 +2653,7 @@ const bc::Target& cpu_target() {
     t.matmul_micro_m = micro.m;
     t.matmul_micro_n = micro.n;
     t.min_parallel_work = kMinParallelWork;
+    t.banded_row_programs = true;  // RowPlanner, row_program.h
     return t;
   }();
   return target;

@@ -184,7 +184,7 @@ HWY_INLINE Lin FullLin(const Band& b, const RowOperand& o) {
 // operands reads no more: an unused b or c is a stand-in for a (Elementwise), so contiguous,
 // and its forms are not instantiated.
 template <int kArgs, class Run>
-HWY_INLINE bool WithRowForms(const Lin& lb, const Lin& lc, Run run) {
+HWY_INLINE bool WithRowForms(const Lin& lb, const Lin& lc, const Run& run) {
   using T = std::true_type;
   using F = std::false_type;
   if constexpr (kArgs == 1) {
@@ -348,7 +348,7 @@ Reducer<Step, Merge, Tail, Fold> MakeReducer(VF id, Step s, Merge m, Tail t, Fol
 
 // Calls run with the reducer of `red`, one of the reductions in kReds (see kMapReductions).
 template <uint32_t kReds, class Run>
-HWY_INLINE void WithReducer(DF d, RowStep::Red red, Run run) {
+HWY_INLINE void WithReducer(DF d, RowStep::Red red, const Run& run) {
   const auto add = [](VF x, VF y) { return hn::Add(x, y); };
   const auto mx = [](VF x, VF y) { return NanMax(x, y); };
   const auto mn = [](VF x, VF y) { return NanMin(x, y); };

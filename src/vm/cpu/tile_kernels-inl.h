@@ -219,7 +219,7 @@ HWY_INLINE void FlattenRows(const Rows& rs, const int64_t (&strides)[K], int (&i
 // over short rows (a permute's heads, decode's single rows) then runs one block, not one
 // kernel call per trip (permute_heads at 4K elements: 12 calls of 5 rows). Elementwise maps
 // only: every element is computed alone, so any grouping gives the same bits.
-HWY_INLINE Rows MergeOuter(Rows rs, int sources) {
+HWY_INLINE Rows MergeOuter(const Rows& rs, int sources) {
   if (rs.outer <= 1) return rs;
   if (rs.rows == 1) return Rows{rs.outer, rs.od, rs.oa, rs.ob, rs.oc};
   const int64_t row[4] = {rs.d, rs.a, rs.b, rs.c};
@@ -789,7 +789,7 @@ HWY_INLINE VF SignF(DF d, VF x) {
 // A 3-D block (rs.outer > 1) as `outer` 2-D calls of `kernel`, each operand moved by its outer
 // stride; returns false for a 2-D block.
 template <class K>
-HWY_INLINE bool SplitOuter(const Rows& rs, K kernel) {
+HWY_INLINE bool SplitOuter(const Rows& rs, const K& kernel) {
   if (rs.outer <= 1) return false;
   Rows one{rs.rows, rs.d, rs.a, rs.b, rs.c};
   for (int64_t k = 0; k < rs.outer; ++k) kernel(one, k * rs.od, k * rs.oa, k * rs.ob, k * rs.oc);
@@ -804,7 +804,7 @@ HWY_INLINE VI MaskToI32(DF d, hn::Mask<DF> m) {
 // Calls run(f) with the vector op f of add, sub or mul (BinaryF32's commonest ops, and the
 // maps that pair with a row reduction); false, run not called, for other ops.
 template <class Run>
-HWY_INLINE bool WithAddSubMul(BinaryOp op, Run run) {
+HWY_INLINE bool WithAddSubMul(BinaryOp op, const Run& run) {
   switch (op) {
     case BinaryOp::kAdd:
       return run([](VF x, VF y) { return hn::Add(x, y); }), true;
@@ -821,7 +821,7 @@ HWY_INLINE bool WithAddSubMul(BinaryOp op, Run run) {
 // neighbour in one kernel (the common activations, fused_mul_supported); false otherwise.
 // One list for the pre-op kernels and the fused pairs.
 template <class Run>
-HWY_INLINE bool WithActivation(DF d, UnaryOp op, Run run) {
+HWY_INLINE bool WithActivation(DF d, UnaryOp op, const Run& run) {
   switch (op) {
     case UnaryOp::kNeg:
       return run([](VF x) { return hn::Neg(x); }), true;
@@ -863,32 +863,35 @@ HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16Bits(DF d, VF v) {
 }
 
 // ---- the exported kernels (HWY_EXPORT in tile_kernels.cc), defined in tile_kernels_*.cc ----
-void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n);
+void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n);
 void FusedMulAddPairF32(const MulAddArgs& x, const MulAddArgs& y, int64_t n);
-void UnaryPreF32(UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc, const float* b,
-                 int binc, int64_t n);
+void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
+                 const float* b, int binc, int64_t n);
 void PredicateF32(UnaryOp op, int32_t* dst, const float* a, int ainc, int64_t n);
-void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
-               int64_t n);
+void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
+               int binc, int64_t n);
 void CompareF32(BinaryOp op, int32_t* dst, const float* a, int ainc, const float* b, int binc,
                 int64_t n);
 void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, int ainc,
               const uint32_t* b, int binc, int64_t n);
-void FmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
-            int cinc, int64_t n);
-void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc,
-                 const float* b, int binc, const float* c, int cinc, int64_t n);
-void FusedMulAddF32(bool negate, Rows rs, float* dst, const float* a, int ainc, const float* b,
-                    int binc, const float* p, int pinc, const float* q, int qinc, int64_t n);
-void FusedMulFmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
+void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
+            const float* c, int cinc, int64_t n);
+void FusedMulF32(int kind, UnaryOp op, int pre, const Rows& rs, float* dst, const float* a,
+                 int ainc, const float* b, int binc, const float* c, int cinc, int64_t n);
+void FusedMulAddF32(bool negate, const Rows& rs, float* dst, const float* a, int ainc,
+                    const float* b, int binc, const float* p, int pinc, const float* q, int qinc,
+                    int64_t n);
+void FusedMulFmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
                     const float* c, int cinc, const float* e, int einc, int64_t n);
-void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n);
-void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, int binc, int64_t n);
+void ReduceRowF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n);
+void DotRowF32(const Rows& rs, float* acc, const float* a, int ainc, const float* b, int binc,
+               int64_t n);
 void TransposeF32(float* dst, int64_t drs, const float* src, int64_t scs, int64_t rows,
                   int64_t cols, bool from_dram);
-bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const float* a, int ainc,
-                  const float* b, int binc, const float* c, int cinc, int64_t n, float* out);
-void AccumulateF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n);
+bool MapReduceF32(int kind, int op, int pre, int red, const Rows& rs, float* dst, const float* a,
+                  int ainc, const float* b, int binc, const float* c, int cinc, int64_t n,
+                  float* out);
+void AccumulateF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n);
 void HalfToF32(DType from, float* dst, const uint16_t* src, int64_t n);
 void F32ToBF16(uint16_t* dst, const float* src, int64_t n);
 void F32ToF16(uint16_t* dst, const float* src, int64_t n);

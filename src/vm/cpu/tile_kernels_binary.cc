@@ -136,7 +136,7 @@ HWY_INLINE void MulFmaRow(DF d, float* dr, const float* ar, const float* br, con
   }
 }
 
-void FusedMulFmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
+void FusedMulFmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
                     const float* c, int cinc, const float* e, int einc, int64_t n) {
   if (n <= 0) return;
   const DF d;
@@ -155,8 +155,9 @@ void FusedMulFmaF32(Rows rs, float* dst, const float* a, int ainc, const float* 
       });
 }
 
-void FusedMulAddF32(bool negate, Rows rs, float* dst, const float* a, int ainc, const float* b,
-                    int binc, const float* p, int pinc, const float* q, int qinc, int64_t n) {
+void FusedMulAddF32(bool negate, const Rows& rs, float* dst, const float* a, int ainc,
+                    const float* b, int binc, const float* p, int pinc, const float* q, int qinc,
+                    int64_t n) {
   if (n <= 0) return;
   if (negate) return MulAddRows<true>(rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
   MulAddRows<false>(rs, dst, a, ainc, b, binc, p, pinc, q, qinc, n);
@@ -307,8 +308,8 @@ void Select32(uint32_t* dst, const int32_t* cond, int cinc, const uint32_t* a, i
            [du](VU vc, VU va, VU vb) { return hn::IfThenElse(hn::Ne(vc, hn::Zero(du)), va, vb); });
 }
 
-void FmaF32(Rows rs, float* dst, const float* a, int ainc, const float* b, int binc, const float* c,
-            int cinc, int64_t n) {
+void FmaF32(const Rows& rs, float* dst, const float* a, int ainc, const float* b, int binc,
+            const float* c, int cinc, int64_t n) {
 #if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
   // No fused multiply-add instruction: keep the single rounding of the spec.
   if (SplitOuter(rs, [&](const Rows& one, int64_t od, int64_t oa, int64_t ob, int64_t oc) {

@@ -20,8 +20,8 @@ namespace HWY_NAMESPACE {
 // pre 1 / 2): two chain instructions in one pass, the intermediate never stored. The same
 // bits as the two instructions apart (f32 throughout). Row strides: rs.a, rs.b of a and b,
 // rs.c of c.
-void FusedMulF32(int kind, UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc,
-                 const float* b, int binc, const float* c, int cinc, int64_t n) {
+void FusedMulF32(int kind, UnaryOp op, int pre, const Rows& rs, float* dst, const float* a,
+                 int ainc, const float* b, int binc, const float* c, int cinc, int64_t n) {
   const DF d;  // the maps run the tile's blocks (Rows::outer)
   if (kind == kFusedMul) {
     return Map3Rows(d, rs, dst, a, ainc, b, binc, c, cinc, n,

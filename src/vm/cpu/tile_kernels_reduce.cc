@@ -20,7 +20,7 @@ namespace dvm::vm::cpu {
 namespace HWY_NAMESPACE {
 
 // Rows in order: an accumulator shared by several rows (row stride 0) combines them in turn.
-void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n) {
+void ReduceRowF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n) {
   if (n <= 0) return;
   const DF d;
   const float id = reduce_identity<float>(op);
@@ -53,7 +53,8 @@ void ReduceRowF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, in
   }
 }
 
-void DotRowF32(Rows rs, float* acc, const float* a, int ainc, const float* b, int binc, int64_t n) {
+void DotRowF32(const Rows& rs, float* acc, const float* a, int ainc, const float* b, int binc,
+               int64_t n) {
   if (n <= 0) return;
   const DF d;
   const bool ahead = g_prefetch.spans != 0;  // a variant drains the queue (see ReduceRowF32)
@@ -180,8 +181,9 @@ HWY_INLINE bool MapReduceWith(DF d, int red, const Rows& rs, float* dst, int64_t
 // kind 0: y = a + b, a - b or a * b (BinaryOp op); kind 1: y = exp(a + b) / exp(a - b) (pre 1 /
 // 2); kind 2: y = a * b + c (fma; c contiguous). Returns false, having done nothing, for other
 // ops and operand forms.
-bool MapReduceF32(int kind, int op, int pre, int red, Rows rs, float* dst, const float* a, int ainc,
-                  const float* b, int binc, const float* c, int cinc, int64_t n, float* out) {
+bool MapReduceF32(int kind, int op, int pre, int red, const Rows& rs, float* dst, const float* a,
+                  int ainc, const float* b, int binc, const float* c, int cinc, int64_t n,
+                  float* out) {
   if (rs.outer > 1 || n <= 0 || ainc != 1 || (binc != 0 && binc != 1)) return false;
   const DF d;
   // Two sources: c unused (a stands in, so that its first element can be read).
@@ -258,7 +260,7 @@ HWY_INLINE void AccumulateRowGroup(DF d, const Rows& rs, float* acc, const float
   }
 }
 
-void AccumulateF32(ReduceOp op, Rows rs, float* acc, const float* a, int ainc, int64_t n) {
+void AccumulateF32(ReduceOp op, const Rows& rs, float* acc, const float* a, int ainc, int64_t n) {
   const DF d;
   const auto run = [&](auto f) {
     if (ainc == 1) return AccumulateRows(d, rs, acc, a, n, f);

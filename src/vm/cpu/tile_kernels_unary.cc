@@ -18,7 +18,7 @@ namespace HWY_NAMESPACE {
 
 // The vector maps (WithUnaryValueOp) run a tile's blocks (Rows::outer) themselves; the scalar
 // fallbacks split them here.
-void UnaryF32(UnaryOp op, Rows rs, float* dst, const float* a, int ainc, int64_t n) {
+void UnaryF32(UnaryOp op, const Rows& rs, float* dst, const float* a, int ainc, int64_t n) {
   const DF d;
   const auto run = [&](auto f) { Map1Rows(d, d, rs, dst, a, ainc, n, f); };
   if (WithUnaryValueOp(d, op, run)) return;
@@ -105,8 +105,8 @@ void PowRowF32(float* dst, const float* a, int ainc, const float* b, int binc, i
   for (; i < n; ++i) spec(i);
 }
 
-void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const float* b, int binc,
-               int64_t n) {
+void BinaryF32(BinaryOp op, const Rows& rs, float* dst, const float* a, int ainc, const float* b,
+               int binc, int64_t n) {
   const DF d;
   const auto run = [&](auto f) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, f); };
   if (WithAddSubMul(op, run) || WithDivMaxMin(op, run)) return;
@@ -136,8 +136,8 @@ void BinaryF32(BinaryOp op, Rows rs, float* dst, const float* a, int ainc, const
 
 // dst[i] = op(a[i] + b[i]) (pre 1) or op(a[i] - b[i]) (pre 2): the add/sub stays in a vector
 // register instead of making its own pass over the tile; the same bits as the two ops apart.
-void UnaryPreF32(UnaryOp op, int pre, Rows rs, float* dst, const float* a, int ainc, const float* b,
-                 int binc, int64_t n) {
+void UnaryPreF32(UnaryOp op, int pre, const Rows& rs, float* dst, const float* a, int ainc,
+                 const float* b, int binc, int64_t n) {
   const DF d;
   const auto map = [&](auto g) { Map2Rows(d, d, rs, dst, a, ainc, b, binc, n, g); };
   const auto run = [&](auto f) {

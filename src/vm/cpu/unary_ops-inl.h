@@ -19,7 +19,7 @@ namespace HWY_NAMESPACE {
 // predicates (IsFinite, IsNan, LogicalNot), whose results are not floats. Floor/Ceil/Round/
 // Trunc keep the sign of x (-0 stays -0 also where an emulated target loses it).
 template <class Run>
-HWY_INLINE bool WithUnaryValueOp(DF d, UnaryOp op, Run run) {
+HWY_INLINE bool WithUnaryValueOp(DF d, UnaryOp op, const Run& run) {
   switch (op) {
     case UnaryOp::kNeg:
       return run([](VF x) { return hn::Neg(x); }), true;
@@ -79,7 +79,7 @@ HWY_INLINE bool WithUnaryValueOp(DF d, UnaryOp op, Run run) {
 // true; false for any other op. With WithAddSubMul, the f32 binary ops that the tile kernels
 // and the row programs share.
 template <class Run>
-HWY_INLINE bool WithDivMaxMin(BinaryOp op, Run run) {
+HWY_INLINE bool WithDivMaxMin(BinaryOp op, const Run& run) {
   switch (op) {
     case BinaryOp::kDiv:
       return run([](VF x, VF y) { return hn::Div(x, y); }), true;
