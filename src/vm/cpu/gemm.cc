@@ -1633,43 +1633,17 @@ bool gemm_bf16_dot_enabled() {
 
 namespace {
 // What both bf16 pair paths need of the product: bf16 off AMX with the dot product enabled,
-// at least min_rows rows, and x's rows readable as pairs along K (an even K and row stride).
-bool bf16_pairs_fit(DType in_type, int64_t m_total, int64_t min_rows, int64_t k, int64_t a_rs,
-                    int64_t a_cs) {
-  return in_type == DType::kBF16 && m_total >= min_rows && k >= 2 && k % 2 == 0 && a_cs == 1 &&
-         a_rs % 2 == 0 && !gemm_half_on_amx(in_type) && gemm_detail::bf16_dot_enabled();
-}
-
-// AMD family 19h with AVX-512 (Zen 4) runs 512-bit instructions as two 256-bit halves: there
-// the role-swapped kernel, one broadcast from W per VDPBF16PS, loses to the skinny path's
-// whole-vector loads up to more rows than on cores with full-width units. One thread, W from
-// memory (N = 8192 in 512-row calls), in-process alternation, time of the role-swapped kernel
-// over the skinny path's: K = 2048: M = 8 1.74, 12 1.49, 16 1.24, 20 1.43, 32 0.98, 64 0.91;
-// K = 8192, M = 16: 1.50. (A Zen 5 measured the other way at M = 16: 2.5 ms against 3.5.)
-bool split_512_bit_units() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // AuthenticAMD
-  if (!amd || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
-  const unsigned base = (eax >> 8) & 0xF, ext = (eax >> 20) & 0xFF;
-  return (base == 0xF ? base + ext : base) == 0x19;
-#else
-  return false;
-#endif
-}
-
-// The fewest rows (of the whole product) that gemm_half_bt_in_place multiplies by the
-// role-swapped VDPBF16PS kernel rather than the skinny path.
-int64_t bf16_bt_dot_min_rows() {
-  static const int64_t rows = split_512_bit_units() ? kSkinnyMaxRows + 1 : kBf16DotMinRows;
-  return rows;
+// enough rows, and x's rows readable as pairs along K (an even K and row stride).
+bool bf16_pairs_fit(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs) {
+  return in_type == DType::kBF16 && m_total >= kBf16DotMinRows && k >= 2 && k % 2 == 0 &&
+         a_cs == 1 && a_rs % 2 == 0 && !gemm_half_on_amx(in_type) &&
+         gemm_detail::bf16_dot_enabled();
 }
 }  // namespace
 
 bool gemm_bf16_dot_rows_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
                              int64_t b_cs) {
-  return b_cs == 1 && bf16_pairs_fit(in_type, m_total, kBf16DotMinRows, k, a_rs, a_cs);
+  return b_cs == 1 && bf16_pairs_fit(in_type, m_total, k, a_rs, a_cs);
 }
 
 void gemm_bf16_b_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
@@ -1682,8 +1656,7 @@ void gemm_bf16_b_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
 
 bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
                         int64_t b_rs, int64_t b_cs) {
-  return b_rs == 1 && b_cs % 2 == 0 &&
-         bf16_pairs_fit(in_type, m_total, bf16_bt_dot_min_rows(), k, a_rs, a_cs);
+  return b_rs == 1 && b_cs % 2 == 0 && bf16_pairs_fit(in_type, m_total, k, a_rs, a_cs);
 }
 
 bool gemm_half_on_amx(DType in_type) {

@@ -101,10 +101,8 @@ void set_bf16_dot_for_testing(int enabled);
 // for any rows and K, also where gemm_half_reads_b_in_place would not: measured one thread on
 // a Zen 5, 385-415 GF/s against 175-230 for the widened paths (M = 48-1024, K = 64-4096). The
 // skinny path (also on VDPBF16PS there) keeps fewer than kBf16DotMinRows rows: K = 2048,
-// N = 8192, skinny / this path: M = 8 2.4 / 2.7 ms, M = 12 2.7 / 2.7, M = 16 3.5 / 2.5. On
-// Zen 4 (512-bit instructions in two halves) the skinny path keeps every row count it takes
-// (up to kSkinnyMaxRows; see bf16_bt_dot_min_rows in gemm.cc). By the whole product's rows
-// m_total, as every path choice.
+// N = 8192, skinny / this path: M = 8 2.4 / 2.7 ms, M = 12 2.7 / 2.7, M = 16 3.5 / 2.5. By the
+// whole product's rows m_total, as every path choice.
 constexpr int64_t kBf16DotMinRows = 12;
 bool gemm_bf16_dot_fits(DType in_type, int64_t m_total, int64_t k, int64_t a_rs, int64_t a_cs,
                         int64_t b_rs, int64_t b_cs);
