@@ -451,8 +451,13 @@ TEST(Gemm, HalfTransposedBReadInPlace) {
               for (Layout la : {Layout::kRowMajor, Layout::kTransposed})
                 run_half(t, m, n, k, la, Layout::kTransposed, (m + n + k) % 2 == 1, rng, false,
                          true);
+      // W's rows aliasing in L1 (K = 2048: bf16 pairs read in place in 10-row blocks, widened
+      // rows through a copy), one and two x panels, the last block of W's rows partial.
+      for (int64_t m : {16, 40})
+        run_half(DType::kBF16, m, 23, 2048, Layout::kRowMajor, Layout::kTransposed, m == 40, rng,
+                 false, true);
       // Rows computed whole (5 x panels: W's rows packed, but for bf16 pairs) and 32 at a time
-      // (W read in place; at K = 2048 through a copy, its rows aliasing in L1): the same bits.
+      // (W read in place; at K = 2048 aliasing in L1): the same bits.
       for (DType t : {DType::kF16, DType::kBF16})
         for (int64_t k : {1100, 2048}) {
           const int64_t m = 150, n = 45;
