@@ -34,7 +34,9 @@ def sh(cmd):
         return ""
 runs = [json.load(open(f"{tmp}/t{t}.json")) for t in (1, 2)]
 json.dump({
-    "machine": {"cpu": sh("lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1"),
+    "machine": {"cpu": sh("lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1")
+                       + " (family " + sh("lscpu | sed -n 's/^CPU family:[[:space:]]*//p' | head -1")
+                       + ", model " + sh("lscpu | sed -n 's/^Model:[[:space:]]*//p' | head -1") + ")",
                 "cores": sh("nproc"),
                 "debian": sh("cat /etc/debian_version")},
     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -190,14 +190,22 @@ def bench_model(name, configs, lengths, rounds, dtype):
 
 
 def cpu_model():
+    """The CPU's model name, with its family and model numbers: virtual machines often name
+    only the vendor line ("AMD EPYC"), which hides e.g. a Zen 4 (family 25) from a Zen 5 (26)."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def git_commit():
