@@ -1870,6 +1870,21 @@ TEST(VmTranspose, TransposedSourcesOfEveryRowCount) {
       check(k, in, {.tol = Tol::kArith, .what = std::to_string(r) + "x" + std::to_string(c)});
     }
   }
+  // Tiles: 64 columns where the transposed source's lines serve many rows (square tiles); a
+  // whole [C, R] source read as [R, C] with few rows is one contiguous run at any tile width,
+  // so there the tile takes every column that fits (one block instead of 16 at R = 4).
+  const auto col_chunk = [&](int64_t r, int64_t c) {
+    const enc::EncodedKernel ek = encode_for(
+        k, args_of({make_buffer(DType::kF32, {c, r}, rng), make_buffer(DType::kF32, {r, c}, rng)}),
+        args_of({make_buffer(DType::kF32, {r, c}, rng)}));
+    EXPECT_EQ(ek.programs.size(), 1u);
+    const bc::Program& p = ek.programs[0];
+    for (const bc::Axis& ax : p.axes)
+      if (ax.tile == bc::AxisTile::kCol) return ax.chunk;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(col_chunk(4, 1024), 1024);
+  EXPECT_EQ(col_chunk(64, 1024), 64);
 }
 
 // Whether a launch streams its results is decided on the bytes it moves

@@ -83,6 +83,18 @@ bool transposed_access(const std::vector<StrideSet>& sets, int row_axis, int col
   return false;
 }
 
+// Does every transposed access hold the tile's rows back to back along its columns (column
+// stride = the row extent: a [C, R] source read as [R, C])? A tile of every row then reads
+// one contiguous run of it, whatever its columns.
+bool transposed_rows_dense(const std::vector<StrideSet>& sets, int row_axis, int col_axis,
+                           int64_t rows) {
+  for (const StrideSet& s : sets) {
+    int64_t rs = s.strides[row_axis], cs = s.strides[col_axis];
+    if ((rs == 1 || rs == -1) && (cs > 1 || cs < -1) && cs != rows && cs != -rows) return false;
+  }
+  return true;
+}
+
 int64_t round16(int64_t x) {
   return (x + 15) / 16 * 16;
 }
@@ -327,9 +339,16 @@ void choose_tiling(Layout* L, const bc::Target& target, int threads, bool partia
   // An access contiguous along the tile's rows but strided along its columns (a transposed
   // operand or output) touches one cache line per element of a tile row: square tiles make
   // each line it touches serve many rows (64 floats: 16 rows of a 64-byte line, 4 lines).
+  // Not where a tile of every row fits and the source holds those rows back to back: there
+  // every line serves the whole tile at any width, and narrow tiles only multiply blocks
+  // (transpose_add at 4K elements, [1024, 4] read as [4, 1024]: 16 blocks of 4 x 64).
   if (L->row >= 0 && !c.reduced && !L->axes[L->row].reduced &&
       transposed_access(sets, L->axes[L->row].inner, L->axes[L->col].inner)) {
-    chunk[L->col] = std::min<int64_t>(chunk[L->col], kTransposedTile);
+    const int64_t rows = L->axes[L->row].extent;
+    const bool whole_rows = kTileElems / round16(chunk[L->col]) >= rows;
+    if (!whole_rows ||
+        !transposed_rows_dense(sets, L->axes[L->row].inner, L->axes[L->col].inner, rows))
+      chunk[L->col] = std::min<int64_t>(chunk[L->col], kTransposedTile);
   }
   if (L->row >= 0) {
     const int64_t tile = c.reduced ? tile_tuning().row_reduce_tile_elems : kTileElems;
