@@ -7,6 +7,8 @@
 
 namespace dvm::bc {
 
+struct Instr;
+
 struct Target {
   const char* name = "";
   // MatMul: the preferred output block per program tile (rows x columns), and the GEMM
@@ -18,12 +20,14 @@ struct Target {
   // contraction length for matmuls) runs on one thread: splitting such a stage into blocks
   // for threads only multiplies the per-block overhead. 0: every launch may be split.
   int64_t min_parallel_work = 0;
-  // The target runs a block of f32 row-wise work (maps, row reductions, f32 loads and stores)
-  // band of rows by band of rows, each band through the whole program while it stays in the
-  // target's L1 (the CPU VM's row programs). Such a program's tile size then sets only how
-  // many blocks there are, not where its registers live, so tiles of rows reduced along
-  // long columns need not shrink to the L1 budget (TileTuning::row_reg_budget_bytes).
-  bool banded_row_programs = false;
+  // Non-null where the target runs a block of f32 row-wise work band of rows by band of rows,
+  // each band through the whole program while it stays in the target's L1 (the CPU VM's row
+  // programs): whether it can take this instruction's opcode, type and flags into such a
+  // program (operand shapes decide the rest, when the program is loaded). Such a program's
+  // tile size then sets only how many blocks there are, not where its registers live, so
+  // tiles of rows reduced along long columns need not shrink to the L1 budget
+  // (TileTuning::row_reg_budget_bytes).
+  bool (*row_program_instr)(const Instr& in) = nullptr;
 };
 
 }  // namespace dvm::bc

@@ -612,35 +612,11 @@ void Emitter::chain_peephole() {
 }
 
 bool Emitter::bandable() const {
+  if (target_.row_program_instr == nullptr) return false;
   for (const bc::Descriptor& d : prog_.descs)
     if (d.dtype != DType::kF32) return false;
-  for (const bc::Instr& in : code_) {
-    if (in.op == bc::Opcode::kChain) continue;
-    if (in.ctype != CType::kF32) return false;
-    if (in.op == bc::Opcode::kLoad || in.op == bc::Opcode::kStore || in.op == bc::Opcode::kFma ||
-        in.op == bc::Opcode::kReduceDot) {
-      if (in.op != bc::Opcode::kReduceDot && in.flags != 0) return false;
-      continue;
-    }
-    if (bc::is_unary(in.op)) {
-      if (ops::is_predicate(bc::unary_of(in.op))) return false;
-      continue;
-    }
-    if (bc::is_binary(in.op)) {
-      const BinaryOp b = bc::binary_of(in.op);
-      if (in.flags != 0 ||
-          !(b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul ||
-            b == BinaryOp::kDiv || b == BinaryOp::kMaximum || b == BinaryOp::kMinimum))
-        return false;
-      continue;
-    }
-    if (in.op == bc::Opcode::kFill || in.op == bc::Opcode::kReduce) {
-      const ReduceOp r = bc::aux_reduce_op(in.aux);
-      if (r != ReduceOp::kSum && r != ReduceOp::kMax && r != ReduceOp::kMin) return false;
-      continue;
-    }
-    return false;
-  }
+  for (const bc::Instr& in : code_)
+    if (in.op != bc::Opcode::kChain && !target_.row_program_instr(in)) return false;
   return true;
 }
 
@@ -660,8 +636,7 @@ void Emitter::fit_tile_to_cache() {
   // against 48 KiB: add+layernorm rows of 768 at 64K/1M/4M elements 1.13x/1.20x/1.04x
   // faster, rows of 256 1.05x/1.11x/1.02x; softmax rows of 512, log-softmax and rmsnorm rows
   // of 16384 within 3%; 2 threads: add+layernorm 0.94-1.13x).
-  const bool banded = target_.banded_row_programs && bandable();
-  const bool long_rows = L_.axes[L_.col].reduced && col.chunk >= tune.long_row_cols && !banded;
+  const bool long_rows = L_.axes[L_.col].reduced && col.chunk >= tune.long_row_cols && !bandable();
   const int64_t budget = long_rows ? tune.row_reg_budget_bytes : tune.reg_budget_bytes;
   while (bytes() > budget) {
     if (long_rows && row && row->chunk <= kMinLongRowTile) break;

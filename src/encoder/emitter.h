@@ -21,10 +21,10 @@ class Emitter {
   }
 
   Status emit();
-  // Is every instruction f32 row-wise work a target with banded_row_programs runs band by
-  // band (f32 memory; maps, fills, fmas, sum/max/min row reductions and dots; no matmul)?
-  // The VM's planner (vm::load) has the last word; a program it declines runs with larger
-  // tiles than the L1 budget, as rows shorter than long_row_cols always do.
+  // Does the target run row programs (Target::row_program_instr) and take every instruction
+  // of this one's, over f32 memory? Its planner (vm::load) has the last word on the operands;
+  // a program it declines runs with larger tiles than the L1 budget, as rows shorter than
+  // long_row_cols always do.
   bool bandable() const;
   bc::Program& program() { return prog_; }
   int64_t bytes_moved() const { return bytes_; }

@@ -2223,6 +2223,40 @@ void plan_prefetch(LoadedProgram* lp) {
   if (lp->prefetch_at < 0) lp->prefetch_descs.clear();
 }
 
+// The opcodes, types and flags a row program runs (RowStep's kinds: f32 loads and stores
+// without conversion, value-producing unaries, optionally after an add or sub, add / sub /
+// mul / div / max / min, fma, sum / max / min fills and row reductions, dots); whether its
+// operands fit is RowPlanner's to decide. Also the CPU target's row_program_instr.
+bool row_program_instr(const bc::Instr& in) {
+  if (in.ctype != CType::kF32) return false;
+  switch (in.op) {
+    case bc::Opcode::kLoad:
+    case bc::Opcode::kStore:
+    case bc::Opcode::kFma:
+      return in.flags == 0;
+    case bc::Opcode::kReduceDot:
+      return true;
+    case bc::Opcode::kFill:
+    case bc::Opcode::kReduce: {
+      const ReduceOp r = bc::aux_reduce_op(in.aux);
+      return r == ReduceOp::kSum || r == ReduceOp::kMax || r == ReduceOp::kMin;
+    }
+    default:
+      break;
+  }
+  if (bc::is_unary(in.op)) {
+    return !ops::is_predicate(bc::unary_of(in.op)) &&
+           (in.flags == 0 || in.flags == bc::kPreAdd || in.flags == bc::kPreSub);
+  }
+  if (bc::is_binary(in.op)) {
+    const BinaryOp b = bc::binary_of(in.op);
+    return in.flags == 0 &&
+           (b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul ||
+            b == BinaryOp::kDiv || b == BinaryOp::kMaximum || b == BinaryOp::kMinimum);
+  }
+  return false;
+}
+
 // LoadedProgram::row_steps and what goes with them, or nothing: see there for the conditions.
 // A reduction in a chain that runs strip by strip keeps its strips (RowStep::strip), so that
 // every row reduces in the order the instruction-by-instruction path uses.
@@ -2270,47 +2304,34 @@ class RowPlanner {
  private:
   bool step(const Instr& in, cpu::RowStep* st) {
     using K = cpu::RowStep;
-    if (in.ctype != CType::kF32) return false;
+    if (!row_program_instr(in)) return false;
     st->cls = static_cast<uint8_t>(in.cls);
     const bool row_reduction = !bc::aux_rows(in.aux) && bc::aux_cols(in.aux) &&
                                in.cls == TileClass::kFull && in.d.kind == OperandKind::kReg &&
                                in.d.cls == TileClass::kRow;
     int fields = 3;
     if (in.op == bc::Opcode::kLoad || in.op == bc::Opcode::kStore) {
-      if (in.flags != 0) return false;
       st->kind = K::kCopy;
       fields = 2;
     } else if (bc::is_unary(in.op)) {
-      if (ops::is_predicate(bc::unary_of(in.op))) return false;
       st->kind = K::kUnary;
       st->op = static_cast<uint8_t>(bc::unary_of(in.op));
       st->pre = in.flags == bc::kPreAdd ? 1 : in.flags == bc::kPreSub ? 2 : 0;
-      if (in.flags != 0 && st->pre == 0) return false;
       fields = st->pre != 0 ? 3 : 2;
     } else if (bc::is_binary(in.op)) {
-      const BinaryOp b = bc::binary_of(in.op);
-      if (in.flags != 0 ||
-          !(b == BinaryOp::kAdd || b == BinaryOp::kSub || b == BinaryOp::kMul ||
-            b == BinaryOp::kDiv || b == BinaryOp::kMaximum || b == BinaryOp::kMinimum))
-        return false;
       st->kind = K::kBinary;
-      st->op = static_cast<uint8_t>(b);
+      st->op = static_cast<uint8_t>(bc::binary_of(in.op));
     } else if (in.op == bc::Opcode::kFma) {
-      if (in.flags != 0) return false;
       st->kind = K::kFma;
       fields = 4;
     } else if (in.op == bc::Opcode::kFill || in.op == bc::Opcode::kReduce) {
-      const ReduceOp r = bc::aux_reduce_op(in.aux);
-      if (r != ReduceOp::kSum && r != ReduceOp::kMax && r != ReduceOp::kMin) return false;
       st->kind = in.op == bc::Opcode::kFill ? K::kFill : K::kReduce;
-      st->op = static_cast<uint8_t>(r);
+      st->op = static_cast<uint8_t>(bc::aux_reduce_op(in.aux));
       if (st->kind == K::kReduce && !row_reduction) return false;
       fields = st->kind == K::kFill ? 1 : 2;
-    } else if (in.op == bc::Opcode::kReduceDot) {
+    } else {  // kReduceDot
       if (!row_reduction) return false;
       st->kind = K::kDot;
-    } else {
-      return false;
     }
     const Operand* src[3] = {&in.a, &in.b, &in.c};
     const bool reduction = st->kind == K::kReduce || st->kind == K::kDot;
@@ -2653,7 +2674,7 @@ const bc::Target& cpu_target() {
     t.matmul_micro_m = micro.m;
     t.matmul_micro_n = micro.n;
     t.min_parallel_work = kMinParallelWork;
-    t.banded_row_programs = true;  // RowPlanner, row_program.h
+    t.row_program_instr = &row_program_instr;  // RowPlanner, row_program.h
     return t;
   }();
   return target;

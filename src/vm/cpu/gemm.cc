@@ -593,9 +593,9 @@ struct WtBlockOf {
   float* c_at(size_t ip, size_t j) const {
     return c + static_cast<ptrdiff_t>(ip * kWtRows) * ldc + static_cast<ptrdiff_t>(j);
   }
-  // Rows of W after the block at j0 that the first x panel prefetches.
-  size_t next_rows(size_t j0) const {
-    return j0 + kWtCols < n ? std::min(kWtCols, n - j0 - kWtCols) : 0;
+  // Rows of W after the block at j0 (blocks of `width` rows) that the first x panel prefetches.
+  size_t next_rows(size_t j0, size_t width = kWtCols) const {
+    return j0 + width < n ? std::min(width, n - j0 - width) : 0;
   }
 };
 using WtBlock = WtBlockOf<float>;
@@ -613,10 +613,9 @@ void WtBlockInPlaceOf(const WtBlock& b, size_t width) {
   const auto& kernels = kDot ? kKernelsWtDot : kKernelsWt;
   for (size_t ip = 0; ip < b.panels(); ++ip) {
     for (size_t j0 = 0; j0 < b.n; j0 += width) {
-      const size_t next = j0 + width < b.n ? std::min(width, b.n - j0 - width) : 0;
       kernels[b.rows(ip) > kN ? 1 : 0][std::min(width, b.n - j0) - 1](
           b.kc, b.x(ip), b.w_row(j0), b.w_rs, b.c_at(ip, j0), b.ldc, b.add, b.rows(ip),
-          b.w_row(j0 + width), ip == 0 ? next : 0);
+          b.w_row(j0 + width), ip == 0 ? b.next_rows(j0, width) : 0);
     }
   }
 }
